@@ -1,0 +1,1 @@
+"""Chat types, the chat model interface, the client and its advisors."""

@@ -1,0 +1,1 @@
+"""Executing tool calls: the manager, limits, resolvers, exception processing and executors."""

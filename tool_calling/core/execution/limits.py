@@ -1,0 +1,139 @@
+"""Tool call limits per turn: the only place limits are counted, checked and reported."""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tool_calling.core.chat.messages import Message, ToolResponseMessage, UserMessage
+
+__all__ = ["ToolCallLimitBehavior", "ToolCallLimits", "breach_text", "count_turn_calls"]
+
+
+class ToolCallLimitBehavior(str, enum.Enum):
+    """What happens when a call would exceed a limit."""
+
+    THROW = "THROW"
+    """Raise ``ToolCallLimitExceededException`` with the partial result."""
+    RETURN_ERROR_RESPONSE = "RETURN_ERROR_RESPONSE"
+    """Skip the call, answer it with the breach text (``is_error=True``) and go on with the batch."""
+
+
+def _check_limit(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer or None (unlimited), got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallLimits:
+    """How many tool calls one turn may make. ``None`` means unlimited.
+
+    A turn is everything after the last user message of the prompt.
+    """
+
+    max_calls_per_tool: int | None = 40
+    """Calls allowed per tool per turn, unless ``per_tool`` or ``excluded_tools`` says otherwise."""
+    per_tool: Mapping[str, int | None] = field(default_factory=dict)
+    """Per-tool overrides of ``max_calls_per_tool``; ``None`` exempts that tool."""
+    excluded_tools: Iterable[str] = ()
+    """Tools with no per-tool limit; they still count toward ``max_total_tool_calls``."""
+    max_total_tool_calls: int | None = 150
+    """Calls allowed across all tools per turn."""
+    on_limit_exceeded: ToolCallLimitBehavior = ToolCallLimitBehavior.THROW
+    """Raise, or answer the breaching call with an error response and go on."""
+
+    def __post_init__(self) -> None:
+        _check_limit("max_calls_per_tool", self.max_calls_per_tool)
+        _check_limit("max_total_tool_calls", self.max_total_tool_calls)
+        per_tool = dict(self.per_tool)
+        for name, value in per_tool.items():
+            _check_limit(f"per_tool[{name!r}]", value)
+        object.__setattr__(self, "per_tool", per_tool)
+        excluded = self.excluded_tools
+        if isinstance(excluded, str):
+            excluded = (excluded,)
+        object.__setattr__(self, "excluded_tools", tuple(excluded))
+        try:
+            behavior = ToolCallLimitBehavior(self.on_limit_exceeded)
+        except ValueError:
+            choices = ", ".join(b.value for b in ToolCallLimitBehavior)
+            raise ValueError(
+                f"on_limit_exceeded must be one of {choices}, got {self.on_limit_exceeded!r}"
+            ) from None
+        object.__setattr__(self, "on_limit_exceeded", behavior)
+
+    def limit_for(self, tool_name: str) -> int | None:
+        """Return the per-turn limit of ``tool_name``, or ``None`` when it has none."""
+        if tool_name in self.excluded_tools:
+            return None
+        if tool_name in self.per_tool:
+            return self.per_tool[tool_name]
+        return self.max_calls_per_tool
+
+    @property
+    def is_unlimited(self) -> bool:
+        """True when no limit can ever be reached."""
+        return (
+            self.max_total_tool_calls is None
+            and self.max_calls_per_tool is None
+            and all(v is None for v in self.per_tool.values())
+        )
+
+
+def breach_text(tool_name: str | None, limit: int) -> str:
+    """Return the text the model sees when a call breaches a limit."""
+    if tool_name is None:
+        return (
+            f"Total tool call limit ({limit}) exceeded for this turn. "
+            "No further tool calls are allowed."
+        )
+    return (
+        f"Tool call limit ({limit}) exceeded for tool '{tool_name}'. "
+        "No further calls to this tool are allowed in this turn."
+    )
+
+
+def count_turn_calls(messages: Sequence[Message]) -> Counter[str]:
+    """Count the tool responses of the current turn (after the last user message), by tool name."""
+    start = 0
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], UserMessage):
+            start = index + 1
+            break
+    counts: Counter[str] = Counter()
+    for message in messages[start:]:
+        if isinstance(message, ToolResponseMessage):
+            counts.update(response.name for response in message.responses)
+    return counts
+
+
+class LimitCounter:
+    """Counts the calls of one turn and reports the first limit each new call breaches."""
+
+    __slots__ = ("_counts", "_limits", "_total")
+
+    def __init__(self, limits: ToolCallLimits, history: Sequence[Message]) -> None:
+        self._limits = limits
+        self._counts = count_turn_calls(history)
+        self._total = sum(self._counts.values())
+
+    def add(self, tool_name: str) -> tuple[str | None, int] | None:
+        """Count one call of ``tool_name``; return ``(tool_name or None, limit)`` if it breaches.
+
+        The per-tool limit is checked before the total; the N-th call is allowed and the
+        N+1-th breaches.
+        """
+        self._counts[tool_name] += 1
+        self._total += 1
+        per_tool = self._limits.limit_for(tool_name)
+        if per_tool is not None and self._counts[tool_name] > per_tool:
+            return tool_name, per_tool
+        total = self._limits.max_total_tool_calls
+        if total is not None and self._total > total:
+            return None, total
+        return None

@@ -1,0 +1,1 @@
+"""Defining tools: the decorator, schemas, definitions, callbacks and result conversion."""
