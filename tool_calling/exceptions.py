@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from tool_calling.core.tools.definition import ToolDefinition
 
 __all__ = [
+    "ChatModelAuthenticationError",
+    "ChatModelError",
+    "ChatModelNotFoundError",
+    "ChatModelRateLimitError",
+    "ChatModelResponseError",
+    "ChatModelTimeoutError",
     "ToolArgumentsError",
     "ToolCallLimitExceededException",
     "ToolCallingError",
@@ -127,3 +133,47 @@ class ToolCallLimitExceededException(ToolCallingError):
             finish_reason=self.FINISH_REASON,
             metadata={self.METADATA_PARTIAL_TOOL_RESPONSES: partial},
         )
+
+
+class ChatModelError(ToolCallingError):
+    """The chat model API failed (after the SDK's own retries).
+
+    The message names the failure, the HTTP status and the provider's request id; it never
+    contains the API key or the prompt.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        """HTTP status of the failed response, if there was one."""
+        self.request_id = request_id
+        """The provider's request id (``x-request-id``), for support tickets."""
+        self.retry_after = retry_after
+        """Seconds the provider asked to wait before retrying, if it said."""
+
+
+class ChatModelAuthenticationError(ChatModelError):
+    """The API key is missing, wrong or not allowed to use this model (401/403)."""
+
+
+class ChatModelNotFoundError(ChatModelError):
+    """The model or endpoint does not exist (404)."""
+
+
+class ChatModelRateLimitError(ChatModelError):
+    """The provider rate-limited the request (429)."""
+
+
+class ChatModelTimeoutError(ChatModelError):
+    """The request timed out or the server could not be reached."""
+
+
+class ChatModelResponseError(ChatModelError):
+    """The server failed (5xx) or answered with something that is not a valid completion."""

@@ -6,8 +6,9 @@ The core never imports Django. ``tool_calling.apps`` installs a provider that bu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from tool_calling.core.execution.limits import ToolCallLimits
 
@@ -33,6 +34,8 @@ class CoreSettings:
     """Default of DefaultToolCallingManager's resolution fallback in the Django entry points."""
     tool_calling_advisor_auto_register: bool = True
     """Whether ChatClient adds a ToolCallingAdvisor when the request has none."""
+    chat_model: Mapping[str, Any] = field(default_factory=dict)
+    """TOOL_CALLING["CHAT_MODEL"]: MODEL, BASE_URL, API_KEY, TIMEOUT, MAX_RETRIES, OPTIONS."""
 
 
 _DEFAULTS = CoreSettings()
