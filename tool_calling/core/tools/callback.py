@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import types
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from tool_calling.core._async import run_sync
 from tool_calling.core.tools.context import ToolContext
+from tool_calling.core.tools.decorator import ResultConverter, build_spec, get_spec
 from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
+from tool_calling.exceptions import ToolArgumentsError, ToolDefinitionError, ToolExecutionException
 
-__all__ = ["ToolCallback", "ToolCallbackProvider"]
+__all__ = ["FunctionToolCallback", "ToolCallback", "ToolCallbackProvider", "tool_callbacks"]
 
 
 class ToolCallback(ABC):
@@ -52,3 +59,219 @@ class ToolCallbackProvider(ABC):
     @abstractmethod
     def tool_callbacks(self) -> list[ToolCallback]:
         """Return the callbacks this provider offers."""
+
+
+class FunctionToolCallback(ToolCallback):
+    """A tool backed by a Python callable: function, bound method, async function or lambda.
+
+    With ``input_type`` (a pydantic model, dataclass or TypedDict) the schema is that type's and
+    the function receives one validated instance (and the ToolContext as a second argument if it
+    takes two). Functions marked with ``@tool`` reuse the spec built at decoration.
+    """
+
+    __slots__ = ("_function", "_spec")
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        input_type: Any = None,
+        return_direct: bool = False,
+        result_converter: ResultConverter | None = None,
+    ) -> None:
+        spec = get_spec(function)
+        overrides = (
+            name is not None
+            or description is not None
+            or input_type is not None
+            or return_direct
+            or result_converter is not None
+        )
+        if spec is None or overrides:
+            target = getattr(function, "__func__", function)
+            base = spec
+            spec = build_spec(
+                target,
+                name=name if name is not None else (base.definition.name if base else None),
+                description=description
+                if description is not None
+                else (base.definition.description if base else None),
+                return_direct=return_direct or (base.return_direct if base else False),
+                result_converter=result_converter,
+                input_type=input_type,
+                skip_first=inspect.ismethod(function) or (base.takes_self if base else None),
+            )
+        if spec.takes_self and not inspect.ismethod(function):
+            raise ToolDefinitionError(
+                f"Tool {spec.definition.name!r} ({spec.origin}) is an instance method; pass an "
+                "instance (tool_callbacks(obj)) or a bound method (obj.method)."
+            )
+        self._function = function
+        self._spec = spec
+
+    @property
+    def definition(self) -> ToolDefinition:
+        """The tool's definition, built once when the tool was defined."""
+        return self._spec.definition
+
+    @property
+    def metadata(self) -> ToolMetadata:
+        """Return-direct or not."""
+        return ToolMetadata(return_direct=self._spec.return_direct)
+
+    @property
+    def function(self) -> Callable[..., Any]:
+        """The wrapped callable."""
+        return self._function
+
+    @property
+    def is_async(self) -> bool:
+        """True when the wrapped callable is an ``async def``."""
+        return self._spec.is_async
+
+    def _invoke(self, tool_input: str | None, tool_context: ToolContext | None) -> Any:
+        spec = self._spec
+        arguments = spec.arguments
+        value = arguments.validate(spec.definition.name, tool_input)
+        if arguments.single_argument:
+            if spec.passes_context:
+                return self._function(value, tool_context or ToolContext())
+            return self._function(value)
+        if arguments.context_parameter is not None:
+            value[arguments.context_parameter] = tool_context or ToolContext()
+        return self._function(**value)
+
+    def call(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
+        """Validate the arguments, run the function and convert its result to text.
+
+        Raises:
+            ToolArgumentsError: the arguments are not valid JSON or fail the schema.
+            ToolExecutionException: the function raised, or its result cannot be converted.
+        """
+        spec = self._spec
+        try:
+            result = self._invoke(tool_input, tool_context)
+            if spec.is_async:
+                result = run_sync(result)
+        except ToolArgumentsError:
+            raise
+        except BaseException as exc:
+            raise ToolExecutionException(spec.definition, exc) from exc
+        return self._convert(result)
+
+    async def acall(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
+        """Async twin of :meth:`call`: awaits async functions, runs sync ones in a thread."""
+        spec = self._spec
+        if not spec.is_async:
+            return await asyncio.to_thread(self.call, tool_input, tool_context)
+        try:
+            result = await self._invoke(tool_input, tool_context)
+        except ToolArgumentsError:
+            raise
+        except BaseException as exc:
+            raise ToolExecutionException(spec.definition, exc) from exc
+        return self._convert(result)
+
+    def _convert(self, result: Any) -> str:
+        spec = self._spec
+        try:
+            return spec.converter(result, spec.return_type)
+        except Exception as exc:
+            raise ToolExecutionException(spec.definition, exc) from exc
+
+
+def _members_with_spec(cls: type) -> list[tuple[str, Any]]:
+    """Return ``(name, raw attribute)`` of every @tool member of ``cls`` and its bases, in order."""
+    seen: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        for attr_name, raw in vars(klass).items():
+            if get_spec(raw) is not None:
+                seen[attr_name] = raw
+            elif attr_name in seen:
+                del seen[attr_name]  # overridden by a non-tool
+    return list(seen.items())
+
+
+def _callbacks_of(obj: Any) -> list[ToolCallback]:
+    if isinstance(obj, ToolCallback):
+        return [obj]
+    if isinstance(obj, ToolCallbackProvider):
+        return list(obj.tool_callbacks())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [cb for item in obj for cb in _callbacks_of(item)]
+    if isinstance(obj, types.ModuleType):
+        found: list[ToolCallback] = []
+        seen_ids: set[int] = set()
+        for value in vars(obj).values():
+            if isinstance(value, type) or id(value) in seen_ids:
+                continue
+            if get_spec(value) is not None and not get_spec(value).takes_self:  # type: ignore[union-attr]
+                seen_ids.add(id(value))
+                found.append(FunctionToolCallback(value))
+        return found
+    if isinstance(obj, type):
+        found = []
+        instance_methods = []
+        for attr_name, raw in _members_with_spec(obj):
+            if isinstance(raw, staticmethod):
+                found.append(FunctionToolCallback(raw.__func__))
+            elif isinstance(raw, classmethod):
+                found.append(FunctionToolCallback(getattr(obj, attr_name)))
+            else:
+                instance_methods.append(attr_name)
+        if not found:
+            hint = (
+                f"; its @tool methods ({', '.join(instance_methods)}) are instance methods, so "
+                f"pass an instance of {obj.__qualname__}"
+                if instance_methods
+                else ""
+            )
+            raise TypeError(f"{obj.__qualname__} has no @tool static or class methods{hint}")
+        return found
+    if callable(obj) and (inspect.isfunction(obj) or inspect.ismethod(obj)):
+        return [FunctionToolCallback(obj)]
+    members = _members_with_spec(type(obj))
+    if not members:
+        raise TypeError(
+            f"{type(obj).__name__!s} object has no @tool methods; pass @tool functions, "
+            "modules, classes, instances, ToolCallbacks or ToolCallbackProviders"
+        )
+    return [FunctionToolCallback(getattr(obj, attr_name)) for attr_name, _ in members]
+
+
+def check_unique_names(callbacks: Iterable[ToolCallback]) -> None:
+    """Raise ``ToolDefinitionError`` (a ValueError) if two callbacks share a name."""
+    by_name: dict[str, ToolCallback] = {}
+    for callback in callbacks:
+        name = callback.definition.name
+        other = by_name.get(name)
+        if other is not None and other is not callback:
+            raise ToolDefinitionError(
+                f"Duplicate tool name {name!r}: {_describe(other)} and {_describe(callback)}. "
+                "Tool names must be unique; rename one with @tool(name=...)."
+            )
+        by_name[name] = callback
+
+
+def _describe(callback: ToolCallback) -> str:
+    if isinstance(callback, FunctionToolCallback):
+        return callback._spec.origin
+    return repr(callback)
+
+
+def tool_callbacks(*objects: Any) -> list[ToolCallback]:
+    """Return the callbacks of every ``@tool`` on the given objects.
+
+    Accepts ``@tool`` functions and bound methods, instances (their ``@tool`` methods), classes
+    (their static and class methods), modules, ``ToolCallback``s, ``ToolCallbackProvider``s and
+    lists of them.
+
+    Raises:
+        ValueError: two tools share a name (``ToolDefinitionError``).
+        TypeError: an object has no tools.
+    """
+    callbacks = [cb for obj in objects for cb in _callbacks_of(obj)]
+    check_unique_names(callbacks)
+    return callbacks

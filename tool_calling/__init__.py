@@ -1,0 +1,94 @@
+"""tool_calling: LLM tool calling with governance for Django projects.
+
+The names below are the public contract (DESIGN.md §3). They are all pure Python: importing
+``tool_calling`` never imports Django, so it works without configured settings. Django-backed
+classes (models, the database resolver, the memory repository) live in their own modules.
+"""
+
+from tool_calling.core.chat.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolResponse,
+    ToolResponseMessage,
+    UserMessage,
+)
+from tool_calling.core.chat.model import ChatModel
+from tool_calling.core.chat.prompt import ChatOptions, Prompt, ToolCallingChatOptions
+from tool_calling.core.chat.response import ChatResponse, Generation
+from tool_calling.core.execution.eligibility import ToolExecutionEligibilityPredicate
+from tool_calling.core.execution.exception_processor import (
+    DefaultToolExecutionExceptionProcessor,
+    ToolExecutionExceptionProcessor,
+)
+from tool_calling.core.execution.limits import ToolCallLimitBehavior, ToolCallLimits
+from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolCallingManager
+from tool_calling.core.execution.resolvers import (
+    DelegatingToolCallbackResolver,
+    StaticToolCallbackResolver,
+    ToolCallbackResolver,
+)
+from tool_calling.core.execution.result import ToolExecutionResult
+from tool_calling.core.tools.callback import (
+    FunctionToolCallback,
+    ToolCallback,
+    ToolCallbackProvider,
+    tool_callbacks,
+)
+from tool_calling.core.tools.context import ToolContext
+from tool_calling.core.tools.converter import ToolCallResultConverter
+from tool_calling.core.tools.decorator import tool
+from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
+from tool_calling.core.tools.schema import ToolParam
+from tool_calling.exceptions import (
+    ToolCallingError,
+    ToolCallLimitExceededException,
+    ToolDefinitionError,
+    ToolExecutionException,
+    ToolResolutionError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AssistantMessage",
+    "ChatModel",
+    "ChatOptions",
+    "ChatResponse",
+    "DefaultToolCallingManager",
+    "DefaultToolExecutionExceptionProcessor",
+    "DelegatingToolCallbackResolver",
+    "FunctionToolCallback",
+    "Generation",
+    "Message",
+    "Prompt",
+    "StaticToolCallbackResolver",
+    "SystemMessage",
+    "ToolCall",
+    "ToolCallLimitBehavior",
+    "ToolCallLimitExceededException",
+    "ToolCallLimits",
+    "ToolCallResultConverter",
+    "ToolCallback",
+    "ToolCallbackProvider",
+    "ToolCallbackResolver",
+    "ToolCallingChatOptions",
+    "ToolCallingError",
+    "ToolCallingManager",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolDefinitionError",
+    "ToolExecutionEligibilityPredicate",
+    "ToolExecutionException",
+    "ToolExecutionExceptionProcessor",
+    "ToolExecutionResult",
+    "ToolMetadata",
+    "ToolParam",
+    "ToolResolutionError",
+    "ToolResponse",
+    "ToolResponseMessage",
+    "UserMessage",
+    "tool",
+    "tool_callbacks",
+]

@@ -1,0 +1,385 @@
+"""ToolCallingManager: resolves a request's tools and executes the calls the model asks for."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from tool_calling.core._async import run_sync
+from tool_calling.core._settings import core_settings
+from tool_calling.core.chat.messages import (
+    AssistantMessage,
+    ToolCall,
+    ToolResponse,
+    ToolResponseMessage,
+)
+from tool_calling.core.chat.prompt import ChatOptions, Prompt, ToolCallingChatOptions
+from tool_calling.core.chat.response import ChatResponse
+from tool_calling.core.execution.exception_processor import (
+    DefaultToolExecutionExceptionProcessor,
+    ToolExecutionExceptionProcessor,
+)
+from tool_calling.core.execution.limits import (
+    LimitCounter,
+    ToolCallLimitBehavior,
+    ToolCallLimits,
+    breach_text,
+)
+from tool_calling.core.execution.resolvers import ToolCallbackResolver
+from tool_calling.core.execution.result import ToolExecutionResult
+from tool_calling.core.tools.callback import FunctionToolCallback, ToolCallback
+from tool_calling.core.tools.context import ToolContext
+from tool_calling.core.tools.definition import ToolDefinition
+from tool_calling.exceptions import (
+    ToolArgumentsError,
+    ToolCallLimitExceededException,
+    ToolExecutionException,
+    ToolResolutionError,
+)
+
+__all__ = ["DefaultToolCallingManager", "ToolCallExecutor", "ToolCallingManager"]
+
+logger = logging.getLogger("tool_calling.execution")
+
+
+class ToolCallingManager(ABC):
+    """Resolves the tool definitions of a request and executes a response's tool calls."""
+
+    @abstractmethod
+    def resolve_tool_definitions(self, options: ChatOptions | None) -> list[ToolDefinition]:
+        """Return the definitions of the tools offered by ``options``, in order."""
+
+    @abstractmethod
+    def execute_tool_calls(self, prompt: Prompt, chat_response: ChatResponse) -> ToolExecutionResult:
+        """Run the tool calls of ``chat_response`` and return the extended history."""
+
+    async def aexecute_tool_calls(
+        self, prompt: Prompt, chat_response: ChatResponse
+    ) -> ToolExecutionResult:
+        """Async twin of :meth:`execute_tool_calls` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.execute_tool_calls, prompt, chat_response)
+
+
+@runtime_checkable
+class ToolCallExecutor(Protocol):
+    """An executor that runs tool calls elsewhere (Celery workers) given the call, not a thunk.
+
+    Any ``concurrent.futures.Executor`` also works; this protocol lets an executor see which tool
+    is called with which arguments instead of an opaque function.
+    """
+
+    def submit_tool_call(
+        self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
+    ) -> Future[str]:
+        """Start the call and return a future of the tool's text result."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    text: str | None = None
+    error: BaseException | None = None
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _shared_pool(size: int) -> ThreadPoolExecutor:
+    pool = _pools.get(size)
+    if pool is None:
+        with _pools_lock:
+            pool = _pools.get(size)
+            if pool is None:
+                pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="tool-calling")
+                _pools[size] = pool
+    return pool
+
+
+def _normalise_arguments(arguments: str | None) -> str:
+    return arguments if arguments and not arguments.isspace() else "{}"
+
+
+def _invoke(callback: ToolCallback, tool_call: ToolCall, context: ToolContext) -> _Outcome:
+    try:
+        return _Outcome(text=callback.call(_normalise_arguments(tool_call.arguments), context))
+    except BaseException as exc:  # collected and handled in call order by the manager
+        return _Outcome(error=exc)
+
+
+async def _ainvoke(callback: ToolCallback, tool_call: ToolCall, context: ToolContext) -> _Outcome:
+    try:
+        return _Outcome(text=await callback.acall(_normalise_arguments(tool_call.arguments), context))
+    except BaseException as exc:
+        return _Outcome(error=exc)
+
+
+def _truncate(text: str, max_chars: int | None) -> str:
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    return (
+        text[:max_chars]
+        + f"\n[Truncated: the tool returned {len(text)} characters; "
+        f"only the first {max_chars} are shown.]"
+    )
+
+
+def _quote_name(name: str) -> str:
+    return repr(name if len(name) <= 80 else name[:80] + "...")
+
+
+class DefaultToolCallingManager(ToolCallingManager):
+    """Executes tool calls in-process (or on a given executor), keeping call order.
+
+    Lookup is by exact name among the request's callbacks (``tool_callbacks`` plus the resolved
+    ``tool_names``); the resolver is consulted for other names only when
+    ``resolution_fallback_enabled`` is true. Limits are counted per turn before lookup. The calls
+    of one assistant message run concurrently (a single call runs inline); responses keep call
+    order. Bad arguments, unknown tools and tool exceptions become ``is_error`` responses the
+    model can act on, unless strict tool calls (or the exception processor) say to raise.
+
+    Args:
+        resolver: Resolves ``tool_names`` (and, with the fallback, any other name).
+        exception_processor: Turns tool exceptions into text; default from settings.
+        limits: Per-turn call limits; default from settings (40 per tool, 150 in total).
+        resolution_fallback_enabled: Look names the request did not offer up in the resolver.
+        executor: Where calls run; default a shared in-process pool. Any
+            ``concurrent.futures.Executor`` is accepted.
+        strict_tool_calls: Raise on bad arguments or unknown tools; default from settings.
+        max_result_chars: Cut longer results (with a note); default from settings.
+        max_concurrent_calls: Concurrency bound of the default pool; default from settings.
+    """
+
+    def __init__(
+        self,
+        *,
+        resolver: ToolCallbackResolver | None = None,
+        exception_processor: ToolExecutionExceptionProcessor | None = None,
+        limits: ToolCallLimits | None = None,
+        resolution_fallback_enabled: bool = False,
+        executor: Executor | ToolCallExecutor | None = None,
+        strict_tool_calls: bool | None = None,
+        max_result_chars: int | None | type[Ellipsis] = ...,  # type: ignore[valid-type]
+        max_concurrent_calls: int | None = None,
+    ) -> None:
+        self.resolver = resolver
+        self.exception_processor = exception_processor
+        self.limits = limits
+        self.resolution_fallback_enabled = resolution_fallback_enabled
+        self.executor = executor
+        self.strict_tool_calls = strict_tool_calls
+        self.max_result_chars = max_result_chars
+        self.max_concurrent_calls = max_concurrent_calls
+
+    # -- resolution -------------------------------------------------------------------------
+
+    def _request_callbacks(self, options: ChatOptions | None) -> dict[str, ToolCallback]:
+        callbacks: dict[str, ToolCallback] = {}
+        if not isinstance(options, ToolCallingChatOptions):
+            return callbacks
+        for callback in options.tool_callbacks:
+            callbacks.setdefault(callback.definition.name, callback)
+        for name in options.tool_names:
+            if name in callbacks:
+                continue
+            callback = self.resolver.resolve(name) if self.resolver is not None else None
+            if callback is None:
+                raise ToolResolutionError(
+                    f"No tool named {_quote_name(name)} could be resolved"
+                    + ("" if self.resolver is not None else " (the manager has no resolver)")
+                )
+            callbacks[name] = callback
+        return callbacks
+
+    def resolve_tool_definitions(self, options: ChatOptions | None) -> list[ToolDefinition]:
+        """Return the callbacks' definitions, then those of ``tool_names`` not already present.
+
+        Raises:
+            ToolResolutionError: a name in ``tool_names`` cannot be resolved.
+        """
+        return [callback.definition for callback in self._request_callbacks(options).values()]
+
+    # -- execution --------------------------------------------------------------------------
+
+    def execute_tool_calls(self, prompt: Prompt, chat_response: ChatResponse) -> ToolExecutionResult:
+        """Run the tool calls of the first generation that has any.
+
+        Returns:
+            The prompt's messages, the assistant message and one ``ToolResponseMessage`` with a
+            response per call in call order; ``return_direct`` when every executed tool is.
+
+        Raises:
+            ValueError: the response has no tool calls.
+            ToolCallLimitExceededException: a limit was exceeded with the THROW behaviour.
+            ToolExecutionException: a tool failed and the exception processor re-raised.
+            ToolArgumentsError, ToolResolutionError: bad arguments or unknown tool with strict
+                tool calls.
+        """
+        generation = next((g for g in chat_response.generations if g.output.tool_calls), None)
+        if generation is None:
+            raise ValueError("No tool call requested by the chat model")
+        assistant: AssistantMessage = generation.output
+        calls = assistant.tool_calls
+        options = prompt.options
+        settings = core_settings()
+        strict = self.strict_tool_calls if self.strict_tool_calls is not None else settings.strict_tool_calls
+        limits = self.limits if self.limits is not None else settings.limits
+        callbacks = self._request_callbacks(options)
+        raw_context = options.tool_context if isinstance(options, ToolCallingChatOptions) else {}
+        context = ToolContext(raw_context)
+
+        counter = None if limits.is_unlimited else LimitCounter(limits, prompt.messages)
+        responses: list[ToolResponse | None] = [None] * len(calls)
+        jobs: list[tuple[int, ToolCall, ToolCallback]] = []
+        breach: tuple[int, str | None, int] | None = None
+        for index, call in enumerate(calls):
+            if counter is not None:
+                exceeded = counter.add(call.name)
+                if exceeded is not None:
+                    if limits.on_limit_exceeded is ToolCallLimitBehavior.THROW:
+                        breach = (index, *exceeded)
+                        break
+                    responses[index] = ToolResponse(
+                        call.id, call.name, breach_text(*exceeded), is_error=True
+                    )
+                    continue
+            callback = callbacks.get(call.name)
+            if callback is None and self.resolution_fallback_enabled and self.resolver is not None:
+                callback = self.resolver.resolve(call.name)
+            if callback is None:
+                text = self._unknown_tool_text(call.name, callbacks)
+                if strict:
+                    raise ToolResolutionError(text)
+                logger.warning("Model called unknown or unavailable tool %s", _quote_name(call.name))
+                responses[index] = ToolResponse(call.id, call.name, text, is_error=True)
+                continue
+            jobs.append((index, call, callback))
+
+        outcomes = self._run(jobs, context, settings.max_concurrent_calls)
+        max_chars = settings.max_result_chars if self.max_result_chars is ... else self.max_result_chars
+        for (index, call, callback), outcome in zip(jobs, outcomes, strict=True):
+            responses[index] = self._to_response(call, callback, outcome, strict, max_chars, settings)
+        return_direct = bool(jobs) and all(cb.metadata.return_direct for _, _, cb in jobs)
+
+        if breach is not None:
+            index, tool_name, limit = breach
+            call = calls[index]
+            done = [r for r in responses[:index] if r is not None]
+            done.append(ToolResponse(call.id, call.name, breach_text(tool_name, limit), is_error=True))
+            partial = ToolExecutionResult(
+                [*prompt.messages, assistant, ToolResponseMessage(done)], return_direct=False
+            )
+            raise ToolCallLimitExceededException(tool_name, limit, partial)
+
+        final = [r for r in responses if r is not None]
+        return ToolExecutionResult(
+            [*prompt.messages, assistant, ToolResponseMessage(final)], return_direct=return_direct
+        )
+
+    def _unknown_tool_text(self, name: str, callbacks: dict[str, ToolCallback]) -> str:
+        available = ", ".join(callbacks) or "none"
+        return (
+            f"Unknown or disabled tool {_quote_name(name)}. "
+            f"Available tools: {available}. Call one of these by its exact name."
+        )
+
+    def _run(
+        self,
+        jobs: Sequence[tuple[int, ToolCall, ToolCallback]],
+        context: ToolContext,
+        default_concurrency: int,
+    ) -> list[_Outcome]:
+        if not jobs:
+            return []
+        executor = self.executor
+        if executor is None:
+            if len(jobs) == 1:
+                _, call, callback = jobs[0]
+                return [_invoke(callback, call, context)]
+            return self._run_in_process(jobs, context, self.max_concurrent_calls or default_concurrency)
+        futures: list[Future[str] | Future[_Outcome]] = []
+        for _, call, callback in jobs:
+            if isinstance(executor, ToolCallExecutor):
+                futures.append(executor.submit_tool_call(callback, call, context))
+            else:
+                futures.append(executor.submit(_invoke, callback, call, context))  # type: ignore[union-attr]
+        outcomes: list[_Outcome] = []
+        for future in futures:
+            try:
+                value = future.result()
+            except BaseException as exc:
+                outcomes.append(_Outcome(error=exc))
+                continue
+            outcomes.append(value if isinstance(value, _Outcome) else _Outcome(text=value))
+        return outcomes
+
+    def _run_in_process(
+        self, jobs: Sequence[tuple[int, ToolCall, ToolCallback]], context: ToolContext, bound: int
+    ) -> list[_Outcome]:
+        results: list[_Outcome | None] = [None] * len(jobs)
+        pool = _shared_pool(max(1, bound))
+        futures: list[tuple[int, Future[_Outcome]]] = []
+        async_jobs: list[tuple[int, ToolCall, ToolCallback]] = []
+        for position, (_, call, callback) in enumerate(jobs):
+            if isinstance(callback, FunctionToolCallback) and callback.is_async:
+                async_jobs.append((position, call, callback))
+            else:
+                # Each call sees the caller's context variables (tracing, request-scoped state).
+                ctx = contextvars.copy_context()
+                futures.append((position, pool.submit(ctx.run, _invoke, callback, call, context)))
+        if async_jobs:
+
+            async def gather() -> list[_Outcome]:
+                semaphore = asyncio.Semaphore(max(1, bound))
+
+                async def one(call: ToolCall, callback: ToolCallback) -> _Outcome:
+                    async with semaphore:
+                        return await _ainvoke(callback, call, context)
+
+                return await asyncio.gather(*(one(call, cb) for _, call, cb in async_jobs))
+
+            for (position, _, _), outcome in zip(async_jobs, run_sync(gather()), strict=True):
+                results[position] = outcome
+        for position, future in futures:
+            results[position] = future.result()
+        return [r for r in results if r is not None]
+
+    def _to_response(
+        self,
+        call: ToolCall,
+        callback: ToolCallback,
+        outcome: _Outcome,
+        strict: bool,
+        max_chars: int | None,
+        settings: object,
+    ) -> ToolResponse:
+        if outcome.error is None:
+            return ToolResponse(call.id, call.name, _truncate(outcome.text or "", max_chars))
+        error = outcome.error
+        if isinstance(error, ToolArgumentsError):
+            if strict:
+                raise error
+            logger.info("Rejected arguments for tool %s (call %s)", _quote_name(call.name), call.id)
+            return ToolResponse(call.id, call.name, str(error), is_error=True)
+        if not isinstance(error, ToolExecutionException):
+            error = ToolExecutionException(callback.definition, error)
+        logger.error(
+            "Tool %s (call %s) raised %s",
+            _quote_name(call.name),
+            call.id,
+            type(error.cause).__name__,
+            exc_info=(type(error.cause), error.cause, error.cause.__traceback__),
+        )
+        processor = self.exception_processor
+        if processor is None:
+            processor = DefaultToolExecutionExceptionProcessor(
+                always_throw=core_settings().throw_exception_on_error
+            )
+        text = processor.process(error)
+        return ToolResponse(call.id, call.name, _truncate(text, max_chars), is_error=True)

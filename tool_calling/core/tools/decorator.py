@@ -1,0 +1,209 @@
+"""The ``@tool`` decorator: validates a function eagerly and marks it as a tool."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from tool_calling.core.tools._docstring import parse_docstring
+from tool_calling.core.tools.converter import DEFAULT_CONVERTER, ToolCallResultConverter
+from tool_calling.core.tools.definition import ToolDefinition, validate_tool_name
+from tool_calling.core.tools.schema import (
+    ArgumentsSchema,
+    build_arguments_schema,
+    build_input_type_schema,
+    unsupported_return,
+)
+from tool_calling.exceptions import ToolDefinitionError
+
+__all__ = ["ResultConverter", "ToolSpec", "build_spec", "get_spec", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+ResultConverter = ToolCallResultConverter | Callable[[Any, Any], str]
+SPEC_ATTRIBUTE = "__tool_spec__"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """Everything known about a tool function, built once when it is defined."""
+
+    definition: ToolDefinition
+    """Name, description and input schema."""
+    arguments: ArgumentsSchema
+    """Validator of the model's arguments."""
+    return_direct: bool
+    """Whether results go straight to the caller."""
+    converter: Callable[[Any, Any], str]
+    """Turns the return value into text."""
+    return_type: Any
+    """The function's return annotation (``inspect.Signature.empty`` when absent)."""
+    is_async: bool
+    """True for ``async def`` tools."""
+    takes_self: bool
+    """True for methods: the first parameter is ``self`` or ``cls``."""
+    origin: str
+    """``module.qualname`` of the function, for error messages."""
+    passes_context: bool = False
+    """For input-type tools: whether the function takes a ToolContext as second argument."""
+
+
+def _origin(function: Any) -> str:
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', function)}"
+
+
+def build_spec(
+    function: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    return_direct: bool = False,
+    result_converter: ResultConverter | None = None,
+    input_type: Any = None,
+    skip_first: bool | None = None,
+) -> ToolSpec:
+    """Validate ``function`` and build its tool spec.
+
+    Raises:
+        ToolDefinitionError: bad name, unsupported parameter or return type.
+    """
+    origin = _origin(function)
+    tool_name = name if name is not None else getattr(function, "__name__", None)
+    if tool_name is None:
+        raise ToolDefinitionError(f"Tool defined by {origin} has no name; pass name=...")
+    validate_tool_name(tool_name, origin)
+    if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+        raise ToolDefinitionError(
+            f"Tool {tool_name!r} ({origin}): generator functions are not supported; "
+            "return a list or a str instead."
+        )
+    summary, param_docs = parse_docstring(inspect.getdoc(function))
+    if description is None:
+        description = summary or tool_name.replace("_", " ")
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:
+        hints = {}
+    return_type = hints.get("return", inspect.Signature.empty)
+    reason = unsupported_return(return_type)
+    if reason:
+        raise ToolDefinitionError(
+            f"Tool {tool_name!r} ({origin}): unsupported return type ({reason}); "
+            "return a str or a JSON-serialisable value."
+        )
+    parameters = list(inspect.signature(function).parameters.values())
+    if skip_first is None:
+        skip_first = bool(parameters) and parameters[0].name in ("self", "cls")
+    passes_context = False
+    arguments: ArgumentsSchema
+    if input_type is not None:
+        arguments = build_input_type_schema(input_type, tool_name=tool_name)
+        positional = [
+            p
+            for p in parameters[1 if skip_first else 0 :]
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        passes_context = len(positional) >= 2
+    else:
+        arguments = build_arguments_schema(
+            function, tool_name=tool_name, skip_first=skip_first, param_descriptions=param_docs
+        )
+    converter: Callable[[Any, Any], str]
+    if result_converter is None:
+        converter = DEFAULT_CONVERTER
+    elif isinstance(result_converter, ToolCallResultConverter):
+        converter = result_converter.convert
+    elif callable(result_converter):
+        converter = result_converter
+    else:
+        raise ToolDefinitionError(
+            f"Tool {tool_name!r} ({origin}): result_converter must be a ToolCallResultConverter "
+            f"or a callable (result, return_type) -> str, got {type(result_converter).__name__}."
+        )
+    return ToolSpec(
+        definition=ToolDefinition(tool_name, description, arguments.json_schema),
+        arguments=arguments,
+        return_direct=bool(return_direct),
+        converter=converter,
+        return_type=return_type,
+        is_async=inspect.iscoroutinefunction(function),
+        takes_self=skip_first,
+        origin=origin,
+        passes_context=passes_context,
+    )
+
+
+def get_spec(obj: Any) -> ToolSpec | None:
+    """Return the tool spec attached by ``@tool`` to a function, method or static method."""
+    target = getattr(obj, "__func__", obj)
+    spec = getattr(target, SPEC_ATTRIBUTE, None)
+    return spec if isinstance(spec, ToolSpec) else None
+
+
+@overload
+def tool(func: F, /) -> F: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    return_direct: bool = False,
+    result_converter: ResultConverter | None = None,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    func: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    return_direct: bool = False,
+    result_converter: ResultConverter | None = None,
+) -> Any:
+    """Mark a function or method as a tool and return it unchanged.
+
+    The name defaults to the function's name and the description to its docstring's summary
+    (else the name with underscores as spaces). The signature is validated and the JSON Schema
+    built here, so mistakes surface at import. Nothing is registered: autodiscovery, or
+    ``tool_callbacks()``, collects the marked functions.
+
+    Args:
+        func: The function (bare ``@tool`` form).
+        name: Tool name, 1-64 characters of ``[A-Za-z0-9_.-]``.
+        description: What the tool does, for the model.
+        return_direct: Return the result to the caller instead of sending it to the model.
+        result_converter: Turns the return value into text (default: str as is, else JSON).
+
+    Returns:
+        The function itself (or, without ``func``, a decorator).
+
+    Raises:
+        ToolDefinitionError: the name, a parameter type or the return type is not supported.
+    """
+
+    def decorate(target: Any) -> Any:
+        function = target.__func__ if isinstance(target, (staticmethod, classmethod)) else target
+        if not callable(function):
+            raise ToolDefinitionError(f"@tool needs a function, got {type(target).__name__}")
+        skip_first = True if isinstance(target, classmethod) else None
+        if isinstance(target, staticmethod):
+            skip_first = False
+        spec = build_spec(
+            function,
+            name=name,
+            description=description,
+            return_direct=return_direct,
+            result_converter=result_converter,
+            skip_first=skip_first,
+        )
+        setattr(function, SPEC_ATTRIBUTE, spec)
+        return target
+
+    if func is not None:
+        return decorate(func)
+    return decorate

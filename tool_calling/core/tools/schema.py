@@ -1,0 +1,483 @@
+"""JSON Schema and argument validation for tool functions, built from type hints with pydantic."""
+
+from __future__ import annotations
+
+import collections.abc
+import concurrent.futures
+import asyncio
+import copy
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import pydantic
+from pydantic.fields import FieldInfo
+from typing_extensions import NotRequired, Required, TypedDict
+
+from tool_calling.core.tools._docstring import parse_docstring
+from tool_calling.core.tools.context import ToolContext
+from tool_calling.core.tools.definition import JsonSchema
+from tool_calling.exceptions import ToolArgumentsError, ToolDefinitionError
+
+__all__ = ["ArgumentsSchema", "ToolParam", "build_arguments_schema", "to_strict_json_schema"]
+
+
+@dataclass(frozen=True)
+class ToolParam:
+    """Describes a tool parameter: ``Annotated[str, ToolParam("City name, e.g. 'Oslo'")]``.
+
+    A parameter is required unless it has a default, is ``Optional``/``X | None``, or says
+    ``required=False``.
+    """
+
+    description: str = ""
+    """What the parameter means, for the model."""
+    required: bool | None = None
+    """Force the parameter required (``True``) or optional (``False``); ``None`` infers it."""
+
+
+# Types a tool cannot take or return: they have no JSON form and cannot cross a process boundary.
+_UNSUPPORTED_ORIGINS: dict[Any, str] = {
+    collections.abc.Callable: "a callable",
+    collections.abc.Generator: "a generator",
+    collections.abc.Iterator: "an iterator",
+    collections.abc.AsyncIterator: "an async iterator",
+    collections.abc.AsyncGenerator: "an async generator",
+    collections.abc.AsyncIterable: "an async iterable",
+    collections.abc.Awaitable: "an awaitable",
+    collections.abc.Coroutine: "a coroutine",
+    concurrent.futures.Future: "a future",
+    asyncio.Future: "a future",
+    types.GeneratorType: "a generator",
+    types.FunctionType: "a function",
+}
+
+
+def _unsupported(tp: Any, seen: set[int] | None = None) -> str | None:
+    """Return why ``tp`` (or a type inside it) is unsupported, or ``None``."""
+    seen = set() if seen is None else seen
+    if id(tp) in seen:
+        return None
+    seen.add(id(tp))
+    origin = get_origin(tp)
+    for candidate in (origin, tp):
+        if candidate is None:
+            continue
+        if candidate in _UNSUPPORTED_ORIGINS:
+            return _UNSUPPORTED_ORIGINS[candidate]
+    if origin is Annotated:
+        return _unsupported(get_args(tp)[0], seen)
+    if origin is Literal:
+        return None
+    for arg in get_args(tp):
+        if arg is Ellipsis or isinstance(arg, (list, str, int, float, bytes)):
+            continue
+        reason = _unsupported(arg, seen)
+        if reason:
+            return reason
+    return None
+
+
+def _type_name(tp: Any) -> str:
+    text = getattr(tp, "__name__", None) if get_origin(tp) is None else None
+    return text or repr(tp).replace("typing.", "").replace("collections.abc.", "")
+
+
+def _is_optional(tp: Any) -> bool:
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _is_optional(get_args(tp)[0])
+    if origin in (Union, types.UnionType):
+        return type(None) in get_args(tp)
+    return tp is None or tp is type(None) or tp is Any
+
+
+def _is_tool_context(tp: Any) -> bool:
+    if get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    if get_origin(tp) in (Union, types.UnionType):
+        return any(_is_tool_context(a) for a in get_args(tp) if a is not type(None))
+    return isinstance(tp, type) and issubclass(tp, ToolContext)
+
+
+def _split_annotated(tp: Any) -> tuple[Any, ToolParam | None, list[Any]]:
+    """Return the bare type, our ToolParam (if any) and the other Annotated metadata."""
+    if get_origin(tp) is not Annotated:
+        return tp, None, []
+    base, *extras = get_args(tp)
+    param = next((e for e in extras if isinstance(e, ToolParam)), None)
+    others = [e for e in extras if not isinstance(e, ToolParam)]
+    return base, param, others
+
+
+def _strip_titles(node: Any) -> Any:
+    """Remove pydantic's ``title`` keywords (noise for the model), never a property named title."""
+    if isinstance(node, dict):
+        result = {}
+        for key, value in node.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(
+                value, dict
+            ):
+                result[key] = {k: _strip_titles(v) for k, v in value.items()}
+            else:
+                result[key] = _strip_titles(value)
+        return result
+    if isinstance(node, list):
+        return [_strip_titles(v) for v in node]
+    return node
+
+
+def _close_objects(node: Any) -> None:
+    """Give every object node with properties ``required`` and ``additionalProperties: false``."""
+    if isinstance(node, dict):
+        if isinstance(node.get("properties"), dict) and node["properties"]:
+            node.setdefault("required", [])
+            node["additionalProperties"] = False
+        for value in node.values():
+            _close_objects(value)
+    elif isinstance(node, list):
+        for value in node:
+            _close_objects(value)
+
+
+def _canonical_root(schema: JsonSchema) -> JsonSchema:
+    """Order the root as type, properties, required, additionalProperties, then the rest."""
+    root: JsonSchema = {
+        "type": "object",
+        "properties": schema.get("properties", {}),
+        "required": list(schema.get("required", [])),
+        "additionalProperties": False,
+    }
+    for key, value in schema.items():
+        if key not in root and key != "type":
+            root[key] = value
+    return root
+
+
+def clean_schema(raw: JsonSchema) -> JsonSchema:
+    """Turn a pydantic JSON Schema into the shape tools use (no titles, closed objects)."""
+    schema = _strip_titles(raw)
+    _close_objects(schema)
+    if schema.get("type") == "object" or "properties" in schema:
+        schema = _canonical_root(schema)
+    return schema  # type: ignore[no-any-return]
+
+
+def _nullable(node: JsonSchema) -> JsonSchema:
+    if node.get("type") == "null":
+        return node
+    for key in ("anyOf", "oneOf"):
+        if key in node and any(o.get("type") == "null" for o in node[key]):
+            return node
+    if isinstance(node.get("type"), list):
+        if "null" in node["type"]:
+            return node
+    description = node.get("description")
+    inner = {k: v for k, v in node.items() if k != "description"}
+    result: JsonSchema = {"anyOf": [inner, {"type": "null"}]}
+    if description is not None:
+        result["description"] = description
+    return result
+
+
+def _strictify(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strictify(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _strictify(v) for k, v in node.items()}
+    if node.get("type") == "object" and "additionalProperties" not in node:
+        node["additionalProperties"] = False
+    properties = node.get("properties")
+    if isinstance(properties, dict):
+        required = set(node.get("required", []))
+        node["properties"] = {
+            name: (prop if name in required else _nullable(prop))
+            for name, prop in properties.items()
+        }
+        node["required"] = list(properties)
+        node["additionalProperties"] = False
+    if node.get("default", ...) is None:
+        del node["default"]
+    if "$ref" in node and len(node) > 1:
+        # Strict mode rejects $ref with siblings; wrap it as openai's own transform does.
+        ref = node.pop("$ref")
+        node = {"allOf": [{"$ref": ref}], **node}
+    return node
+
+
+def to_strict_json_schema(schema: JsonSchema) -> JsonSchema:
+    """Return the OpenAI strict-mode form of ``schema``.
+
+    Every property becomes required, optional ones become nullable, and every object gets
+    ``additionalProperties: false``. The input is not modified.
+    """
+    return _strictify(copy.deepcopy(schema))  # type: ignore[no-any-return]
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(root)"
+
+
+def describe_validation_error(tool_name: str, error: pydantic.ValidationError) -> str:
+    """Return a short text for the model listing what was wrong, field by field."""
+    errors = error.errors(include_url=False, include_input=False, include_context=False)
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        detail = str(first.get("msg", "")).removeprefix("Invalid JSON: ")
+        return (
+            f"Invalid arguments for tool '{tool_name}': not valid JSON ({detail}). "
+            "Send the arguments as a JSON object."
+        )
+    if first.get("type") in ("model_type", "dict_type", "model_attributes_type") and not first.get(
+        "loc"
+    ):
+        return (
+            f"Invalid arguments for tool '{tool_name}': the arguments must be a JSON object "
+            "of named parameters."
+        )
+    lines = []
+    for item in errors[:10]:
+        msg = item["msg"]
+        if item["type"] == "extra_forbidden":
+            msg = "Unknown parameter; remove it"
+        lines.append(f"- {_format_loc(tuple(item['loc']))}: {msg}")
+    if len(errors) > 10:
+        lines.append(f"- ... and {len(errors) - 10} more errors")
+    return f"Invalid arguments for tool '{tool_name}':\n" + "\n".join(lines)
+
+
+_FORBID = pydantic.ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class ArgumentsSchema:
+    """The JSON Schema of a tool's arguments and the validator that turns model JSON into kwargs."""
+
+    __slots__ = (
+        "_adapter",
+        "_none_means_default",
+        "context_parameter",
+        "json_schema",
+        "parameters",
+        "single_argument",
+    )
+
+    def __init__(
+        self,
+        json_schema: JsonSchema,
+        adapter: pydantic.TypeAdapter[Any],
+        *,
+        parameters: tuple[str, ...] = (),
+        context_parameter: str | None = None,
+        none_means_default: frozenset[str] = frozenset(),
+        single_argument: bool = False,
+    ) -> None:
+        self.json_schema = json_schema
+        """The JSON Schema sent to the model."""
+        self._adapter = adapter
+        self.parameters = parameters
+        """Names of the parameters in the schema, in order."""
+        self.context_parameter = context_parameter
+        """Name of the parameter that receives the ToolContext, if any."""
+        self._none_means_default = none_means_default
+        self.single_argument = single_argument
+        """True when the function takes one instance of an input type instead of keywords."""
+
+    def validate(self, tool_name: str, tool_input: str | None) -> Any:
+        """Validate the model's JSON; return kwargs (or the input instance).
+
+        Raises:
+            ToolArgumentsError: the JSON is invalid or fails the schema.
+        """
+        if tool_input is None or not tool_input.strip():
+            tool_input = "{}"
+        try:
+            value = self._adapter.validate_json(tool_input)
+        except pydantic.ValidationError as exc:
+            raise ToolArgumentsError(tool_name, describe_validation_error(tool_name, exc)) from exc
+        if self._none_means_default and not self.single_argument:
+            for name in self._none_means_default:
+                if name in value and value[name] is None:
+                    del value[name]
+        return value
+
+
+def _schema_for(adapter: pydantic.TypeAdapter[Any], where: str) -> JsonSchema:
+    try:
+        return adapter.json_schema()
+    except pydantic.PydanticInvalidForJsonSchema as exc:
+        raise ToolDefinitionError(f"{where}: cannot build a JSON Schema: {exc}") from exc
+
+
+def build_arguments_schema(
+    function: Callable[..., Any],
+    *,
+    tool_name: str,
+    skip_first: bool = False,
+    param_descriptions: Mapping[str, str] | None = None,
+) -> ArgumentsSchema:
+    """Build the schema and validator of ``function``'s parameters.
+
+    Raises:
+        ToolDefinitionError: a parameter is variadic, unannotated or of an unsupported type.
+    """
+    where = f"Tool {tool_name!r} ({_origin(function)})"
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError) as exc:
+        raise ToolDefinitionError(f"{where}: cannot read the signature: {exc}") from exc
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except Exception as exc:  # NameError for unresolved forward references, mostly
+        raise ToolDefinitionError(f"{where}: cannot resolve the type hints: {exc}") from exc
+    if param_descriptions is None:
+        param_descriptions = parse_docstring(inspect.getdoc(function))[1]
+
+    problems: list[str] = []
+    schema_fields: dict[str, Any] = {}
+    validation_fields: dict[str, Any] = {}
+    names: list[str] = []
+    none_means_default: set[str] = set()
+    context_parameter: str | None = None
+    params = list(signature.parameters.values())
+    if skip_first and params:
+        params = params[1:]
+    for param in params:
+        name = param.name
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            problems.append(f"parameter {name!r}: *args and **kwargs are not supported")
+            continue
+        if param.kind is param.POSITIONAL_ONLY:
+            problems.append(f"parameter {name!r}: positional-only parameters are not supported")
+            continue
+        if name not in hints:
+            problems.append(f"parameter {name!r} has no type annotation; add one")
+            continue
+        annotation = hints[name]
+        if _is_tool_context(annotation):
+            context_parameter = name
+            continue
+        base, tool_param, extras = _split_annotated(annotation)
+        reason = _unsupported(base)
+        if reason:
+            problems.append(
+                f"parameter {name!r} has unsupported type {_type_name(base)} ({reason}); "
+                "use a JSON-serialisable type such as str, int, a list or a pydantic model"
+            )
+            continue
+        has_default = param.default is not inspect.Parameter.empty
+        optional = _is_optional(base)
+        if tool_param is not None and tool_param.required is not None:
+            required = tool_param.required
+        else:
+            required = not (has_default or optional)
+        description = (tool_param.description if tool_param else "") or param_descriptions.get(
+            name, ""
+        )
+        has_field_description = any(
+            isinstance(e, FieldInfo) and e.description for e in extras
+        )
+        metadata = list(extras)
+        if description and not has_field_description:
+            metadata.append(pydantic.Field(description=description))
+        typed = Annotated[(base, *metadata)] if metadata else base  # type: ignore[valid-type]
+        schema_fields[name] = Required[typed] if required else NotRequired[typed]
+        if required:
+            validation_fields[name] = Required[typed]
+        else:
+            # Strict-mode models send null for optional parameters: accept it, and let the
+            # function's own default apply when the type itself does not allow None.
+            nullable = Union[base, None]  # noqa: UP007 - base is a runtime value
+            if metadata:
+                nullable = Annotated[(nullable, *metadata)]  # type: ignore[valid-type]
+            validation_fields[name] = NotRequired[nullable]
+            if not optional and has_default:
+                none_means_default.add(name)
+        names.append(name)
+    if problems:
+        raise ToolDefinitionError(f"{where}: " + "; ".join(problems) + ".")
+
+    type_name = f"{tool_name.replace('.', '_').replace('-', '_')}_arguments"
+    try:
+        schema_type = TypedDict(type_name, schema_fields)  # type: ignore[operator]
+        schema_type.__pydantic_config__ = _FORBID  # type: ignore[attr-defined]
+        raw = _schema_for(pydantic.TypeAdapter(schema_type), where)
+        validation_type = TypedDict(type_name, validation_fields)  # type: ignore[operator]
+        validation_type.__pydantic_config__ = _FORBID  # type: ignore[attr-defined]
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(validation_type)
+    except pydantic.PydanticSchemaGenerationError as exc:
+        culprit = _find_unsupported_field(schema_fields)
+        raise ToolDefinitionError(
+            f"{where}: parameter {culprit!r} has a type pydantic cannot describe "
+            f"({exc.message.splitlines()[0]}); use a JSON-serialisable type such as str, int, "
+            "a list or a pydantic model."
+        ) from exc
+    except pydantic.PydanticUserError as exc:
+        raise ToolDefinitionError(f"{where}: {exc.message}") from exc
+    return ArgumentsSchema(
+        clean_schema(raw),
+        adapter,
+        parameters=tuple(names),
+        context_parameter=context_parameter,
+        none_means_default=frozenset(none_means_default),
+    )
+
+
+def _origin(function: Any) -> str:
+    module = getattr(function, "__module__", None)
+    qualname = getattr(function, "__qualname__", None) or repr(function)
+    return f"{module}.{qualname}" if module else qualname
+
+
+def _find_unsupported_field(fields: Mapping[str, Any]) -> str:
+    for name, tp in fields.items():
+        try:
+            pydantic.TypeAdapter(get_args(tp)[0])
+        except pydantic.PydanticSchemaGenerationError:
+            return name
+    return "?"
+
+
+def build_input_type_schema(input_type: Any, *, tool_name: str) -> ArgumentsSchema:
+    """Build the schema and validator for a function that takes one ``input_type`` instance.
+
+    Raises:
+        ToolDefinitionError: the type has no JSON Schema or is not an object type.
+    """
+    where = f"Tool {tool_name!r} (input type {_type_name(input_type)})"
+    reason = _unsupported(input_type)
+    if reason:
+        raise ToolDefinitionError(f"{where}: unsupported input type ({reason}).")
+    try:
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(
+            input_type, config=None if _has_own_config(input_type) else _FORBID
+        )
+    except pydantic.PydanticUserError:
+        adapter = pydantic.TypeAdapter(input_type)
+    except pydantic.PydanticSchemaGenerationError as exc:
+        raise ToolDefinitionError(f"{where}: not supported ({exc.message.splitlines()[0]}).") from exc
+    schema = clean_schema(_schema_for(adapter, where))
+    if schema.get("type") != "object":
+        raise ToolDefinitionError(
+            f"{where}: the input type must be an object type (a pydantic model, dataclass or "
+            "TypedDict)."
+        )
+    return ArgumentsSchema(schema, adapter, single_argument=True)
+
+
+def _has_own_config(tp: Any) -> bool:
+    return isinstance(tp, type) and (
+        issubclass(tp, pydantic.BaseModel) or hasattr(tp, "__pydantic_config__")
+    )
+
+
+def unsupported_return(return_type: Any) -> str | None:
+    """Return why a tool's return type is unsupported, or ``None``."""
+    if return_type is inspect.Signature.empty:
+        return None
+    return _unsupported(return_type)
