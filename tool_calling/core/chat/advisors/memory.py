@@ -1,0 +1,104 @@
+"""MessageChatMemoryAdvisor: adds a conversation's memory to the prompt and stores the turn."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from tool_calling.core.chat._stream import aggregate
+from tool_calling.core.chat.advisors.base import (
+    HIGHEST_PRECEDENCE,
+    Advisor,
+    AdvisorChain,
+    ChatClientRequest,
+    ChatClientResponse,
+)
+from tool_calling.core.chat.memory import ChatMemory
+from tool_calling.core.chat.messages import Message, SystemMessage
+from tool_calling.core.chat.prompt import Prompt
+from tool_calling.core.chat.response import ChatResponse
+
+__all__ = ["MessageChatMemoryAdvisor"]
+
+
+def _overlap(memory: Sequence[Message], messages: Sequence[Message]) -> int:
+    """Return the length of the longest suffix of ``memory`` that starts ``messages``."""
+    for size in range(min(len(memory), len(messages)), 0, -1):
+        if list(memory[-size:]) == list(messages[:size]):
+            return size
+    return 0
+
+
+class MessageChatMemoryAdvisor(Advisor):
+    """Puts the conversation's remembered messages before the request's and stores new ones.
+
+    Outside the tool loop (the default order) it sees one request per turn: it stores the user
+    message and the final answer. With an order after the ``ToolCallingAdvisor`` it sits inside
+    the loop and stores every tool call and tool response too. Messages already in memory (a
+    caller resending history) are neither added to the prompt twice nor stored twice.
+
+    The conversation id comes from the request context (``ChatMemory.CONVERSATION_ID``, set by
+    ``.conversation_id(...)``), else ``conversation_id`` given here, else ``"default"``.
+    """
+
+    order = HIGHEST_PRECEDENCE + 200
+
+    def __init__(
+        self,
+        chat_memory: ChatMemory,
+        order: int = HIGHEST_PRECEDENCE + 200,
+        conversation_id: str = ChatMemory.DEFAULT_CONVERSATION_ID,
+    ) -> None:
+        self.chat_memory = chat_memory
+        self.order = order
+        self.conversation_id = conversation_id
+
+    def _conversation_id(self, request: ChatClientRequest) -> str:
+        return str(request.context.get(ChatMemory.CONVERSATION_ID) or self.conversation_id)
+
+    def _before(self, request: ChatClientRequest) -> tuple[ChatClientRequest, str]:
+        conversation_id = self._conversation_id(request)
+        remembered = self.chat_memory.get(conversation_id)
+        messages = request.prompt.messages
+        systems = [m for m in messages if isinstance(m, SystemMessage)]
+        others = [m for m in messages if not isinstance(m, SystemMessage)]
+        stored = [m for m in remembered if not isinstance(m, SystemMessage)]
+        new = others[_overlap(stored, others) :]
+        if new:
+            self.chat_memory.add(conversation_id, new)
+        prompt = Prompt([*systems, *stored, *new], request.prompt.options)
+        return request.with_prompt(prompt), conversation_id
+
+    def _after(self, response: ChatResponse | None, conversation_id: str) -> None:
+        if response is None:
+            return
+        answers: list[Message] = [
+            g.output for g in response.generations if g.output.text or g.output.tool_calls
+        ]
+        if answers:
+            self.chat_memory.add(conversation_id, answers)
+
+    def advise_call(self, request: ChatClientRequest, chain: AdvisorChain) -> ChatClientResponse:
+        """Add memory to the prompt, call on, and store the answer."""
+        request, conversation_id = self._before(request)
+        response = chain.next_call(request)
+        self._after(response.chat_response, conversation_id)
+        return response
+
+    def advise_stream(
+        self, request: ChatClientRequest, chain: AdvisorChain
+    ) -> Iterator[ChatClientResponse]:
+        """Streaming twin: stores the aggregated answer once the stream ends."""
+        request, conversation_id = self._before(request)
+        chunks: list[ChatResponse] = []
+        for chunk in chain.next_stream(request):
+            if chunk.chat_response is not None:
+                chunks.append(chunk.chat_response)
+            yield chunk
+        if chunks:
+            whole = aggregate(chunks)
+            # A return-direct answer streams as several generations in one chunk; keep them all.
+            if len(chunks) == 1 and len(chunks[0].generations) > 1:
+                whole = chunks[0]
+            self._after(whole, conversation_id)
+
+

@@ -1,0 +1,235 @@
+"""ToolCallingAdvisor: the tool-calling loop, as an advisor that re-enters the chain below it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tool_calling.core.chat._stream import add_usage, aggregate
+from tool_calling.core.chat.advisors.base import (
+    HIGHEST_PRECEDENCE,
+    Advisor,
+    AdvisorChain,
+    ChatClientRequest,
+    ChatClientResponse,
+)
+from tool_calling.core.chat.messages import AssistantMessage, Message, SystemMessage
+from tool_calling.core.chat.prompt import Prompt
+from tool_calling.core.chat.response import ChatResponse, Generation
+from tool_calling.core.execution.eligibility import (
+    DefaultToolExecutionEligibilityPredicate,
+    ToolExecutionEligibilityPredicate,
+)
+from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolCallingManager
+from tool_calling.core.execution.result import ToolExecutionResult
+from tool_calling.exceptions import ToolCallLimitExceededException
+
+__all__ = ["DEFAULT_MAX_TOOL_ROUNDS", "TOOL_ROUNDS_EXCEEDED", "ToolCallingAdvisor"]
+
+DEFAULT_MAX_TOOL_ROUNDS = 100
+"""Model calls one turn may make before the loop stops, whatever the per-tool limits say."""
+TOOL_ROUNDS_EXCEEDED = "toolRoundLimitExceeded"
+"""Finish reason when the loop stopped at ``max_tool_rounds``."""
+
+
+@dataclass
+class LoopState:
+    """What the loop knows during one turn (lives on the stack, never on the advisor)."""
+
+    request: ChatClientRequest
+    """The request as it entered the advisor."""
+    history: list[Message]
+    """Every message of the turn so far (limits count over it)."""
+    rounds: int = 0
+    """Model calls made so far."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    """Token usage summed over the model calls."""
+
+
+class ToolCallingAdvisor(Advisor):
+    """Runs the tools the model asks for and calls the model again until it answers.
+
+    Hooks for subclasses, in the order they run: ``initialize_loop`` (once), then per model call
+    ``before_call`` and ``after_call``, then ``finalize_loop`` (once).
+
+    Args:
+        tool_calling_manager: Executes the calls; a ``DefaultToolCallingManager`` by default.
+        order: Position in the chain (inside memory by default).
+        conversation_history_enabled: Send the whole turn to the model on each round. Turn off
+            when a memory advisor inside the loop supplies the history: the next request then
+            carries the system message and the last tool responses only.
+        eligibility: Decides whether a response's tool calls run here.
+        max_tool_rounds: Model calls per turn before the loop stops.
+    """
+
+    order = HIGHEST_PRECEDENCE + 300
+
+    def __init__(
+        self,
+        tool_calling_manager: ToolCallingManager | None = None,
+        order: int = HIGHEST_PRECEDENCE + 300,
+        conversation_history_enabled: bool = True,
+        *,
+        eligibility: ToolExecutionEligibilityPredicate | None = None,
+        max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
+    ) -> None:
+        self.tool_calling_manager = tool_calling_manager or DefaultToolCallingManager()
+        self.order = order
+        self.conversation_history_enabled = conversation_history_enabled
+        self.eligibility = eligibility or DefaultToolExecutionEligibilityPredicate()
+        if isinstance(max_tool_rounds, bool) or max_tool_rounds < 1:
+            raise ValueError(f"max_tool_rounds must be a positive integer, got {max_tool_rounds!r}")
+        self.max_tool_rounds = max_tool_rounds
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def initialize_loop(self, request: ChatClientRequest, chain: AdvisorChain) -> ChatClientRequest:
+        """Called once before the first model call; may replace the request."""
+        return request
+
+    def before_call(self, request: ChatClientRequest, chain: AdvisorChain) -> ChatClientRequest:
+        """Called before every model call; may replace the request."""
+        return request
+
+    def after_call(self, response: ChatClientResponse, chain: AdvisorChain) -> ChatClientResponse:
+        """Called after every model call; may replace the response."""
+        return response
+
+    def finalize_loop(self, response: ChatClientResponse, chain: AdvisorChain) -> ChatClientResponse:
+        """Called once with the final response; may replace it."""
+        return response
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _next_request(self, state: LoopState, result: ToolExecutionResult) -> ChatClientRequest:
+        state.history = result.conversation_history
+        if self.conversation_history_enabled:
+            messages = state.history
+        else:
+            systems: list[Message] = [m for m in state.history if isinstance(m, SystemMessage)]
+            messages = [*systems[-1:], state.history[-1]]
+        prompt = state.request.prompt
+        return state.request.with_prompt(Prompt(messages, prompt.options))
+
+    def _after_model(
+        self, state: LoopState, response: ChatClientResponse
+    ) -> tuple[ChatClientResponse | None, ChatClientRequest | None]:
+        """Decide what follows a model response: ``(final, None)`` or ``(None, next_request)``.
+
+        ``final`` is ``response`` itself when the model answered, or a new response built by the
+        loop (return-direct, limit exceeded, round limit).
+        """
+        chat_response = response.chat_response
+        if chat_response is not None:
+            state.usage = add_usage(state.usage, chat_response.metadata.get("usage"))
+        options = state.request.prompt.options
+        if chat_response is None or not self.eligibility.test(options, chat_response):
+            return response, None
+        prompt = Prompt(state.history, options)
+        try:
+            result = self.tool_calling_manager.execute_tool_calls(prompt, chat_response)
+        except ToolCallLimitExceededException as exc:
+            final = ChatResponse([exc.build_generation()], metadata=dict(chat_response.metadata))
+            return ChatClientResponse(final, response.context), None
+        if result.return_direct:
+            final = ChatResponse(
+                ToolExecutionResult.build_generations(result), metadata=dict(chat_response.metadata)
+            )
+            return ChatClientResponse(final, response.context), None
+        if state.rounds >= self.max_tool_rounds:
+            text = (
+                f"Tool round limit ({self.max_tool_rounds}) exceeded for this turn. "
+                "The model kept calling tools without answering."
+            )
+            final = ChatResponse(
+                [Generation(AssistantMessage(text), finish_reason=TOOL_ROUNDS_EXCEEDED)],
+                metadata=dict(chat_response.metadata),
+            )
+            return ChatClientResponse(final, response.context), None
+        return None, self._next_request(state, result)
+
+    def _with_usage(self, state: LoopState, response: ChatClientResponse) -> ChatClientResponse:
+        chat_response = response.chat_response
+        if chat_response is None or not state.usage or state.rounds <= 1:
+            return response
+        metadata = {**chat_response.metadata, "usage": state.usage}
+        return ChatClientResponse(
+            ChatResponse(chat_response.generations, metadata=metadata), response.context
+        )
+
+    def advise_call(self, request: ChatClientRequest, chain: AdvisorChain) -> ChatClientResponse:
+        """Call the model, run its tool calls, and repeat until it answers."""
+        request = self.initialize_loop(request, chain)
+        state = LoopState(request, list(request.prompt.messages))
+        current = request
+        while True:
+            current = self.before_call(current, chain)
+            state.rounds += 1
+            response = self.after_call(chain.next_call(current), chain)
+            final, following = self._after_model(state, response)
+            if final is not None:
+                return self.finalize_loop(self._with_usage(state, final), chain)
+            assert following is not None
+            current = following
+
+    def advise_stream(
+        self, request: ChatClientRequest, chain: AdvisorChain
+    ) -> Iterator[ChatClientResponse]:
+        """Stream the final answer's text; tool rounds run in between and are not shown."""
+        request = self.initialize_loop(request, chain)
+        state = LoopState(request, list(request.prompt.messages))
+        current = request
+        while True:
+            current = self.before_call(current, chain)
+            state.rounds += 1
+            chunks: list[ChatResponse] = []
+            context: dict[str, Any] = current.context
+            for chunk in chain.next_stream(current):
+                context = chunk.context
+                if chunk.chat_response is None:
+                    continue
+                chunks.append(chunk.chat_response)
+                if not chunk.chat_response.has_tool_calls():
+                    text_only = _text_chunk(chunk.chat_response)
+                    if text_only is not None:
+                        yield ChatClientResponse(text_only, context)
+            response = self.after_call(ChatClientResponse(aggregate(chunks), context), chain)
+            final, following = self._after_model(state, response)
+            if final is not None:
+                built_by_loop = final is not response
+                final = self.finalize_loop(self._with_usage(state, final), chain)
+                if built_by_loop:
+                    # Return-direct, limit and round-limit results arrive as one chunk.
+                    yield final
+                else:
+                    # The text went out already; close with the finish reason and usage.
+                    yield ChatClientResponse(_closing_chunk(final.chat_response), final.context)
+                return
+            assert following is not None
+            current = following
+
+
+def _text_chunk(chat_response: ChatResponse) -> ChatResponse | None:
+    """The text part of a streamed chunk (finish reasons and usage come in the closing chunk)."""
+    generation = chat_response.result
+    if generation is None or not generation.output.text:
+        return None
+    return ChatResponse([Generation(AssistantMessage(generation.output.text))])
+
+
+def _closing_chunk(chat_response: ChatResponse | None) -> ChatResponse:
+    """The last chunk of a streamed answer: no text, the finish reason and the metadata."""
+    if chat_response is None or chat_response.result is None:
+        return ChatResponse([])
+    generation = chat_response.result
+    return ChatResponse(
+        [
+            Generation(
+                AssistantMessage(None, [], generation.output.metadata),
+                finish_reason=generation.finish_reason,
+                metadata=generation.metadata,
+            )
+        ],
+        metadata=chat_response.metadata,
+    )
