@@ -5,6 +5,16 @@ The names below are the public contract (DESIGN.md §3). They are all pure Pytho
 classes (models, the database resolver, the memory repository) live in their own modules.
 """
 
+from tool_calling.core.chat.advisors.base import HIGHEST_PRECEDENCE, LOWEST_PRECEDENCE, Advisor
+from tool_calling.core.chat.advisors.memory import MessageChatMemoryAdvisor
+from tool_calling.core.chat.advisors.tool_calling import ToolCallingAdvisor
+from tool_calling.core.chat.client import ChatClient
+from tool_calling.core.chat.memory import (
+    ChatMemory,
+    ChatMemoryRepository,
+    InMemoryChatMemoryRepository,
+    MessageWindowChatMemory,
+)
 from tool_calling.core.chat.messages import (
     AssistantMessage,
     Message,
@@ -52,7 +62,13 @@ from tool_calling.exceptions import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "HIGHEST_PRECEDENCE",
+    "LOWEST_PRECEDENCE",
+    "Advisor",
     "AssistantMessage",
+    "ChatClient",
+    "ChatMemory",
+    "ChatMemoryRepository",
     "ChatModel",
     "ChatOptions",
     "ChatResponse",
@@ -61,7 +77,10 @@ __all__ = [
     "DelegatingToolCallbackResolver",
     "FunctionToolCallback",
     "Generation",
+    "InMemoryChatMemoryRepository",
     "Message",
+    "MessageChatMemoryAdvisor",
+    "MessageWindowChatMemory",
     "Prompt",
     "StaticToolCallbackResolver",
     "SystemMessage",
@@ -73,6 +92,7 @@ __all__ = [
     "ToolCallback",
     "ToolCallbackProvider",
     "ToolCallbackResolver",
+    "ToolCallingAdvisor",
     "ToolCallingChatOptions",
     "ToolCallingError",
     "ToolCallingManager",
