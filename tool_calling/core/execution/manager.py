@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -34,7 +33,11 @@ from tool_calling.core.execution.limits import (
 )
 from tool_calling.core.execution.resolvers import ToolCallbackResolver
 from tool_calling.core.execution.result import ToolExecutionResult
-from tool_calling.core.tools.callback import FunctionToolCallback, ToolCallback
+from tool_calling.core.tools.callback import (
+    FunctionToolCallback,
+    ToolCallback,
+    check_unique_names,
+)
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import ToolDefinition
 from tool_calling.exceptions import (
@@ -85,21 +88,6 @@ class ToolCallExecutor(Protocol):
 class _Outcome:
     text: str | None = None
     error: BaseException | None = None
-
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _shared_pool(size: int) -> ThreadPoolExecutor:
-    pool = _pools.get(size)
-    if pool is None:
-        with _pools_lock:
-            pool = _pools.get(size)
-            if pool is None:
-                pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="tool-calling")
-                _pools[size] = pool
-    return pool
 
 
 def _normalise_arguments(arguments: str | None) -> str:
@@ -183,6 +171,8 @@ class DefaultToolCallingManager(ToolCallingManager):
         callbacks: dict[str, ToolCallback] = {}
         if not isinstance(options, ToolCallingChatOptions):
             return callbacks
+        # Two different tools under one name would make "which one runs" an accident of order.
+        check_unique_names(options.tool_callbacks)
         for callback in options.tool_callbacks:
             callbacks.setdefault(callback.definition.name, callback)
         for name in options.tool_names:
@@ -202,6 +192,7 @@ class DefaultToolCallingManager(ToolCallingManager):
 
         Raises:
             ToolResolutionError: a name in ``tool_names`` cannot be resolved.
+            ToolDefinitionError: two different callbacks in ``tool_callbacks`` share a name.
         """
         return [callback.definition for callback in self._request_callbacks(options).values()]
 
@@ -265,7 +256,14 @@ class DefaultToolCallingManager(ToolCallingManager):
         max_chars = settings.max_result_chars if self.max_result_chars is ... else self.max_result_chars
         for (index, call, callback), outcome in zip(jobs, outcomes, strict=True):
             responses[index] = self._to_response(call, callback, outcome, strict, max_chars, settings)
-        return_direct = bool(jobs) and all(cb.metadata.return_direct for _, _, cb in jobs)
+        # Return-direct only when every call of the batch ran a return-direct tool. A call
+        # answered with an unknown-tool, bad-arguments or limit text never ran, and that text is
+        # for the model to act on, not an answer for the caller.
+        return_direct = (
+            len(jobs) == len(calls)
+            and all(cb.metadata.return_direct for _, _, cb in jobs)
+            and not any(isinstance(o.error, ToolArgumentsError) for o in outcomes)
+        )
 
         if breach is not None:
             index, tool_name, limit = breach
@@ -322,33 +320,32 @@ class DefaultToolCallingManager(ToolCallingManager):
     def _run_in_process(
         self, jobs: Sequence[tuple[int, ToolCall, ToolCallback]], context: ToolContext, bound: int
     ) -> list[_Outcome]:
-        results: list[_Outcome | None] = [None] * len(jobs)
-        pool = _shared_pool(max(1, bound))
-        futures: list[tuple[int, Future[_Outcome]]] = []
-        async_jobs: list[tuple[int, ToolCall, ToolCallback]] = []
-        for position, (_, call, callback) in enumerate(jobs):
-            if isinstance(callback, FunctionToolCallback) and callback.is_async:
-                async_jobs.append((position, call, callback))
-            else:
-                # Each call sees the caller's context variables (tracing, request-scoped state).
-                ctx = contextvars.copy_context()
-                futures.append((position, pool.submit(ctx.run, _invoke, callback, call, context)))
-        if async_jobs:
-
+        bound = max(1, bound)
+        if all(isinstance(cb, FunctionToolCallback) and cb.is_async for _, _, cb in jobs):
+            # Only async tools: run them together on the shared event loop, no threads.
             async def gather() -> list[_Outcome]:
-                semaphore = asyncio.Semaphore(max(1, bound))
+                semaphore = asyncio.Semaphore(bound)
 
                 async def one(call: ToolCall, callback: ToolCallback) -> _Outcome:
                     async with semaphore:
                         return await _ainvoke(callback, call, context)
 
-                return await asyncio.gather(*(one(call, cb) for _, call, cb in async_jobs))
+                return list(await asyncio.gather(*(one(call, cb) for _, call, cb in jobs)))
 
-            for (position, _, _), outcome in zip(async_jobs, run_sync(gather()), strict=True):
-                results[position] = outcome
-        for position, future in futures:
-            results[position] = future.result()
-        return [r for r in results if r is not None]
+            return run_sync(gather())
+        # A pool per batch: the bound is per assistant message, a turn never queues behind the
+        # calls of other turns, and a tool that itself runs tools (an agent used as a tool)
+        # cannot deadlock a shared pool. In a mixed batch an async tool holds a worker while its
+        # coroutine runs on the shared loop, so one bound covers sync and async calls alike.
+        with ThreadPoolExecutor(
+            max_workers=min(bound, len(jobs)), thread_name_prefix="tool-calling"
+        ) as pool:
+            # Each call sees the caller's context variables (tracing, request-scoped state).
+            futures = [
+                pool.submit(contextvars.copy_context().run, _invoke, callback, call, context)
+                for _, call, callback in jobs
+            ]
+            return [future.result() for future in futures]
 
     def _to_response(
         self,

@@ -242,17 +242,26 @@ def _callbacks_of(obj: Any) -> list[ToolCallback]:
 
 
 def check_unique_names(callbacks: Iterable[ToolCallback]) -> None:
-    """Raise ``ToolDefinitionError`` (a ValueError) if two callbacks share a name."""
+    """Raise ``ToolDefinitionError`` (a ValueError) if two callbacks share a name.
+
+    Names that differ only in case (``add`` and ``Add``) count as the same name: a model that
+    mixes them up would run the wrong tool.
+    """
     by_name: dict[str, ToolCallback] = {}
     for callback in callbacks:
         name = callback.definition.name
-        other = by_name.get(name)
+        other = by_name.get(name.casefold())
         if other is not None and other is not callback:
+            other_name = other.definition.name
+            if other_name == name:
+                problem = f"Duplicate tool name {name!r}"
+            else:
+                problem = f"Tool names {other_name!r} and {name!r} differ only in case"
             raise ToolDefinitionError(
-                f"Duplicate tool name {name!r}: {_describe(other)} and {_describe(callback)}. "
+                f"{problem}: {_describe(other)} and {_describe(callback)}. "
                 "Tool names must be unique; rename one with @tool(name=...)."
             )
-        by_name[name] = callback
+        by_name[name.casefold()] = callback
 
 
 def _describe(callback: ToolCallback) -> str:

@@ -14,7 +14,8 @@ class ToolCallResultConverter:
 
     The default: ``None`` from a function annotated ``-> None`` becomes ``"Done"``, any other
     ``None`` becomes ``"null"``, a ``str`` is sent as it is, and anything else becomes compact
-    JSON (pydantic models, dataclasses, dates, Decimals, UUIDs and sets included). Subclass and
+    JSON (pydantic models, dataclasses, dates, Decimals, UUIDs and sets included; NaN and
+    Infinity as the strings ``"NaN"`` and ``"Infinity"``). Subclass and
     override :meth:`convert` for another format.
     """
 
@@ -29,7 +30,8 @@ class ToolCallResultConverter:
         if isinstance(result, str):
             return result
         try:
-            return pydantic_core.to_json(result).decode()
+            # NaN and Infinity are not JSON: send them as the strings "NaN" / "Infinity".
+            return pydantic_core.to_json(result, inf_nan_mode="strings").decode()
         except pydantic_core.PydanticSerializationError as exc:
             raise TypeError(
                 f"the tool returned a {type(result).__name__} that cannot be converted to JSON "

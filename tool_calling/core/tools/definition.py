@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,20 @@ def validate_tool_name(name: object, origin: str | None = None) -> str:
     return name
 
 
+def _invisible_character(text: str) -> tuple[int, str] | None:
+    """Return the position and character of the first invisible or control character, if any.
+
+    Zero-width, bidirectional-override and tag characters (Unicode category Cf) and control
+    characters other than tab and newline can hide instructions from the people who review a
+    tool's description while the model still reads them.
+    """
+    for position, char in enumerate(text):
+        category = unicodedata.category(char)
+        if category == "Cf" or (category == "Cc" and char not in "\t\n\r"):
+            return position, char
+    return None
+
+
 @dataclass(frozen=True)
 class ToolDefinition:
     """The name, description and input schema the model sees for one tool."""
@@ -39,6 +54,19 @@ class ToolDefinition:
 
     def __post_init__(self) -> None:
         validate_tool_name(self.name)
+        if not isinstance(self.description, str):
+            raise ToolDefinitionError(
+                f"Tool {self.name!r}: description must be a str, "
+                f"got {type(self.description).__name__}."
+            )
+        hidden = _invisible_character(self.description)
+        if hidden is not None:
+            position, char = hidden
+            raise ToolDefinitionError(
+                f"Tool {self.name!r}: the description contains the invisible character "
+                f"U+{ord(char):04X} ({unicodedata.name(char, 'unnamed')}) at position {position}; "
+                "remove it."
+            )
         if not isinstance(self.input_schema, dict) or self.input_schema.get("type") != "object":
             raise ToolDefinitionError(
                 f"Tool {self.name!r}: input_schema must be a JSON Schema object "

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections.abc
 import concurrent.futures
-import asyncio
 import copy
 import inspect
+import json
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import pydantic
+import pydantic_core
 from pydantic.fields import FieldInfo
 from typing_extensions import NotRequired, Required, TypedDict
 
@@ -168,60 +170,114 @@ def clean_schema(raw: JsonSchema) -> JsonSchema:
     return schema  # type: ignore[no-any-return]
 
 
+# Keywords that describe a property rather than constrain its type; they stay outside an anyOf.
+_ANNOTATION_KEYS = ("description", "default", "examples")
+
+
 def _nullable(node: JsonSchema) -> JsonSchema:
-    if node.get("type") == "null":
+    """Return ``node`` accepting null too, its description and default kept outside the anyOf."""
+    if _is_nullable(node):
         return node
-    for key in ("anyOf", "oneOf"):
-        if key in node and any(o.get("type") == "null" for o in node[key]):
-            return node
-    if isinstance(node.get("type"), list):
-        if "null" in node["type"]:
-            return node
-    description = node.get("description")
-    inner = {k: v for k, v in node.items() if k != "description"}
-    result: JsonSchema = {"anyOf": [inner, {"type": "null"}]}
-    if description is not None:
-        result["description"] = description
-    return result
+    outer = {k: v for k, v in node.items() if k in _ANNOTATION_KEYS}
+    inner = {k: v for k, v in node.items() if k not in _ANNOTATION_KEYS}
+    return {"anyOf": [inner, {"type": "null"}], **outer}
 
 
-def _strictify(node: Any) -> Any:
+def _is_nullable(node: JsonSchema) -> bool:
+    if node.get("type") == "null" or (
+        isinstance(node.get("type"), list) and "null" in node["type"]
+    ):
+        return True
+    return any(
+        isinstance(option, dict) and option.get("type") == "null"
+        for key in ("anyOf", "oneOf")
+        for option in node.get(key, ())
+    )
+
+
+def _resolve_ref(root: JsonSchema, ref: str) -> JsonSchema | None:
+    if not ref.startswith("#/"):
+        return None
+    target: Any = root
+    for part in ref[2:].split("/"):
+        if not isinstance(target, dict) or part not in target:
+            return None
+        target = target[part]
+    return target if isinstance(target, dict) else None
+
+
+def _strictify(
+    node: Any, root: JsonSchema, *, is_root: bool = False, inlining: frozenset[str] = frozenset()
+) -> Any:
     if isinstance(node, list):
-        return [_strictify(v) for v in node]
+        return [_strictify(v, root, inlining=inlining) for v in node]
     if not isinstance(node, dict):
         return node
-    node = {k: _strictify(v) for k, v in node.items()}
+    properties = node.get("properties")
+    if is_root and isinstance(properties, dict):
+        # Only the tool's own parameters become nullable: the validator turns null back into the
+        # parameter's default. Inside nested models null would fail validation, so their optional
+        # fields are required as they are (openai's transform does the same). Wrapping before the
+        # $ref handling below keeps {"anyOf": [{"$ref": ...}, {"type": "null"}]}, as pydantic
+        # writes an Optional field.
+        required = set(node.get("required", []))
+        node = {
+            **node,
+            "properties": {
+                name: prop
+                if name in required or not isinstance(prop, dict) or _is_nullable(prop)
+                else _nullable(prop)
+                for name, prop in properties.items()
+            },
+        }
+    ref = node.get("$ref")
+    if isinstance(ref, str) and len(node) > 1 and ref not in inlining:
+        # Strict mode rejects $ref with siblings (a description, say): inline the target, the
+        # node's own keys winning, exactly as openai.pydantic_function_tool does.
+        resolved = _resolve_ref(root, ref)
+        if resolved is not None:
+            merged = {**resolved, **{k: v for k, v in node.items() if k != "$ref"}}
+            return _strictify(merged, root, is_root=is_root, inlining=inlining | {ref})
+    node = {
+        key: (
+            {name: _strictify(prop, root, inlining=inlining) for name, prop in value.items()}
+            if key in ("properties", "$defs", "definitions") and isinstance(value, dict)
+            else _strictify(value, root, inlining=inlining)
+        )
+        for key, value in node.items()
+    }
     if node.get("type") == "object" and "additionalProperties" not in node:
         node["additionalProperties"] = False
     properties = node.get("properties")
     if isinstance(properties, dict):
-        required = set(node.get("required", []))
-        node["properties"] = {
-            name: (prop if name in required else _nullable(prop))
-            for name, prop in properties.items()
-        }
         node["required"] = list(properties)
         node["additionalProperties"] = False
     if node.get("default", ...) is None:
         del node["default"]
-    if "$ref" in node and len(node) > 1:
-        # Strict mode rejects $ref with siblings; wrap it as openai's own transform does.
-        ref = node.pop("$ref")
-        node = {"allOf": [{"$ref": ref}], **node}
     return node
 
 
 def to_strict_json_schema(schema: JsonSchema) -> JsonSchema:
     """Return the OpenAI strict-mode form of ``schema``.
 
-    Every property becomes required, optional ones become nullable, and every object gets
-    ``additionalProperties: false``. The input is not modified.
+    Every property becomes required, the tool's optional parameters become nullable (null means
+    "use the default"), every object gets ``additionalProperties: false``, and a ``$ref`` with
+    sibling keys is inlined. Fields of nested objects keep their own nullability, as
+    ``openai.pydantic_function_tool`` does, because null inside a nested model cannot mean "use
+    the default". The input is not modified.
     """
-    return _strictify(copy.deepcopy(schema))  # type: ignore[no-any-return]
+    root = copy.deepcopy(schema)
+    return _strictify(root, root, is_root=True)  # type: ignore[no-any-return]
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(root)"
+
+
+# Error types pydantic reports when the arguments as a whole are not an object.
+_NOT_AN_OBJECT = frozenset(
+    {"model_type", "dict_type", "model_attributes_type", "dataclass_type", "dataclass_exact_type"}
+)
 
 
 def describe_validation_error(tool_name: str, error: pydantic.ValidationError) -> str:
@@ -234,9 +290,7 @@ def describe_validation_error(tool_name: str, error: pydantic.ValidationError) -
             f"Invalid arguments for tool '{tool_name}': not valid JSON ({detail}). "
             "Send the arguments as a JSON object."
         )
-    if first.get("type") in ("model_type", "dict_type", "model_attributes_type") and not first.get(
-        "loc"
-    ):
+    if first.get("type") in _NOT_AN_OBJECT and not first.get("loc"):
         return (
             f"Invalid arguments for tool '{tool_name}': the arguments must be a JSON object "
             "of named parameters."
@@ -244,7 +298,7 @@ def describe_validation_error(tool_name: str, error: pydantic.ValidationError) -
     lines = []
     for item in errors[:10]:
         msg = item["msg"]
-        if item["type"] == "extra_forbidden":
+        if item["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
             msg = "Unknown parameter; remove it"
         lines.append(f"- {_format_loc(tuple(item['loc']))}: {msg}")
     if len(errors) > 10:
@@ -254,6 +308,48 @@ def describe_validation_error(tool_name: str, error: pydantic.ValidationError) -
 
 _FORBID = pydantic.ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
+# Validation forbids unknown keys at every depth, nested models included, because every object
+# of the schema says "additionalProperties": false. pydantic < 2.12 has no run-time ``extra``
+# and falls back to each model's own setting.
+_EXTRA: dict[str, Any] = (
+    {"extra": "forbid"}
+    if "extra" in inspect.signature(pydantic.TypeAdapter.validate_json).parameters
+    else {}
+)
+
+
+class _RejectedJson(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            shown = key if len(key) <= 80 else key[:80] + "..."
+            raise _RejectedJson(f"the key {shown!r} appears more than once; send each key once")
+        result[key] = value
+    return result
+
+
+def _no_constants(name: str) -> Any:
+    raise _RejectedJson(f"{name} is not valid JSON; send a number or null")
+
+
+def _check_json_text(tool_name: str, text: str) -> None:
+    """Reject what pydantic's parser tolerates but JSON forbids: duplicate keys, NaN, Infinity.
+
+    Duplicate keys would let the audit show one value while the tool receives another.
+    """
+    try:
+        json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constants)
+    except _RejectedJson as exc:
+        raise ToolArgumentsError(
+            tool_name, f"Invalid arguments for tool '{tool_name}': {exc}."
+        ) from None
+    except (ValueError, RecursionError):
+        pass  # pydantic parsed it already; its verdict stands
+
 
 class ArgumentsSchema:
     """The JSON Schema of a tool's arguments and the validator that turns model JSON into kwargs."""
@@ -261,6 +357,7 @@ class ArgumentsSchema:
     __slots__ = (
         "_adapter",
         "_none_means_default",
+        "_strict",
         "context_parameter",
         "json_schema",
         "parameters",
@@ -276,6 +373,7 @@ class ArgumentsSchema:
         context_parameter: str | None = None,
         none_means_default: frozenset[str] = frozenset(),
         single_argument: bool = False,
+        strict: bool | None = True,
     ) -> None:
         self.json_schema = json_schema
         """The JSON Schema sent to the model."""
@@ -287,9 +385,16 @@ class ArgumentsSchema:
         self._none_means_default = none_means_default
         self.single_argument = single_argument
         """True when the function takes one instance of an input type instead of keywords."""
+        self._strict = strict
+
+    def _validate_json(self, text: str) -> Any:
+        return self._adapter.validate_json(text, strict=self._strict, **_EXTRA)
 
     def validate(self, tool_name: str, tool_input: str | None) -> Any:
         """Validate the model's JSON; return kwargs (or the input instance).
+
+        Blank input (``None``, ``""``) means ``{}``. ``null`` for an optional parameter means
+        its default, as OpenAI strict mode sends it.
 
         Raises:
             ToolArgumentsError: the JSON is invalid or fails the schema.
@@ -297,14 +402,38 @@ class ArgumentsSchema:
         if tool_input is None or not tool_input.strip():
             tool_input = "{}"
         try:
-            value = self._adapter.validate_json(tool_input)
+            value = self._validate_json(tool_input)
         except pydantic.ValidationError as exc:
-            raise ToolArgumentsError(tool_name, describe_validation_error(tool_name, exc)) from exc
+            value = self._retry_without_nulls(tool_name, tool_input, exc)
+        _check_json_text(tool_name, tool_input)
         if self._none_means_default and not self.single_argument:
             for name in self._none_means_default:
                 if name in value and value[name] is None:
                     del value[name]
         return value
+
+    def _retry_without_nulls(
+        self, tool_name: str, tool_input: str, error: pydantic.ValidationError
+    ) -> Any:
+        """For input types: drop top-level nulls that mean "default", then validate again."""
+        if self.single_argument and self._none_means_default:
+            try:
+                data = pydantic_core.from_json(tool_input)
+            except ValueError:
+                data = None
+            if isinstance(data, dict) and any(
+                data.get(name, ...) is None for name in self._none_means_default
+            ):
+                kept = {
+                    k: v
+                    for k, v in data.items()
+                    if not (k in self._none_means_default and v is None)
+                }
+                try:
+                    return self._validate_json(json.dumps(kept))
+                except pydantic.ValidationError as exc:
+                    error = exc
+        raise ToolArgumentsError(tool_name, describe_validation_error(tool_name, error)) from error
 
 
 def _schema_for(adapter: pydantic.TypeAdapter[Any], where: str) -> JsonSchema:
@@ -467,7 +596,20 @@ def build_input_type_schema(input_type: Any, *, tool_name: str) -> ArgumentsSche
             f"{where}: the input type must be an object type (a pydantic model, dataclass or "
             "TypedDict)."
         )
-    return ArgumentsSchema(schema, adapter, single_argument=True)
+    required = set(schema.get("required", []))
+    none_means_default = frozenset(
+        name
+        for name, prop in schema.get("properties", {}).items()
+        if name not in required and isinstance(prop, dict) and not _is_nullable(prop)
+    )
+    return ArgumentsSchema(
+        schema,
+        adapter,
+        single_argument=True,
+        none_means_default=none_means_default,
+        # A type with its own pydantic config keeps its own strictness.
+        strict=None if _has_own_config(input_type) else True,
+    )
 
 
 def _has_own_config(tp: Any) -> bool:

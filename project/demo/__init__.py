@@ -1,0 +1,1 @@
+"""A tiny demo app whose tools.py shows tool autodiscovery end to end."""

@@ -1,0 +1,203 @@
+"""Settings of the example project.
+
+Everything that differs between a laptop and a deployment comes from the environment; the
+defaults give a working development setup (SQLite file, local Redis). docker/compose.yml sets
+the same variables for its web and worker services:
+
+    DJANGO_SECRET_KEY     secret key; required when DJANGO_DEBUG is false
+    DJANGO_DEBUG          "true"/"false" (default "true": this is an example project)
+    DJANGO_ALLOWED_HOSTS  comma-separated host names (default "localhost,127.0.0.1,[::1]")
+    DATABASE_URL          e.g. postgres://user:pass@host:5432/db (default: SQLite at var/db.sqlite3)
+    REDIS_URL             Celery broker and result backend (default redis://127.0.0.1:6379/0)
+    OPENAI_API_KEY        API key of the OpenAI-compatible server
+    OPENAI_BASE_URL       base URL of an OpenAI-compatible server (vLLM, Ollama); empty = OpenAI
+    OPENAI_MODEL          chat model name (default "gpt-4o-mini")
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _as_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"The environment variable {name} must be true or false: {value!r}.")
+
+
+# --- Core ----------------------------------------------------------------------------------
+
+DEBUG = _as_bool("DJANGO_DEBUG", os.environ.get("DJANGO_DEBUG", "true"))
+
+# INSECURE: a development-only key, published in this repository. Set DJANGO_SECRET_KEY anywhere
+# else; with DJANGO_DEBUG false the project refuses to start without it.
+_INSECURE_DEV_SECRET_KEY = "django-insecure-tool-calling-example-project-dev-only"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or _INSECURE_DEV_SECRET_KEY
+if not DEBUG and SECRET_KEY == _INSECURE_DEV_SECRET_KEY:
+    raise ImproperlyConfigured("Set DJANGO_SECRET_KEY when DJANGO_DEBUG is false.")
+
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    if host.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "tool_calling",
+    "project.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "project.wsgi.application"
+ASGI_APPLICATION = "project.asgi.application"
+
+# --- Database ------------------------------------------------------------------------------
+
+_DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if not _DATABASE_URL:
+    (BASE_DIR / "var").mkdir(exist_ok=True)
+    _DATABASE_URL = f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}"
+
+DATABASES = {
+    "default": dj_database_url.parse(_DATABASE_URL, conn_max_age=600, conn_health_checks=True),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            # BEGIN IMMEDIATE takes the write lock up front, so two concurrent turns on one
+            # conversation queue up instead of failing with "database is locked" mid-transaction.
+            "transaction_mode": "IMMEDIATE",
+            # WAL lets readers run while a writer commits. synchronous=NORMAL is durable across
+            # application crashes but can lose the last commits on power loss; use
+            # synchronous=FULL where that matters.
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth, i18n, static files --------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# --- Django REST framework -----------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    # Default-deny: every endpoint needs a logged-in user unless a view says otherwise.
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+}
+
+# --- Celery (read by project/celery.py through the CELERY_ namespace) ----------------------
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# JSON only: a pickled message pushed into the queue is refused, never unpickled.
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+# At-least-once: a task is acknowledged after it ran, and redelivered if its worker dies.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_ACKS_ON_FAILURE = True
+CELERY_TASK_ACKS_ON_TIMEOUT = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = 30
+CELERY_TASK_SOFT_TIME_LIMIT = 55
+CELERY_TASK_TIME_LIMIT = 60
+# Redis redelivers an unacknowledged task after this many seconds. Celery's Redis caveats ask
+# for the same value in all three places.
+_VISIBILITY_TIMEOUT = 1800
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIMEOUT}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIMEOUT}
+CELERY_VISIBILITY_TIMEOUT = _VISIBILITY_TIMEOUT
+CELERY_TIMEZONE = TIME_ZONE
+
+# --- tool_calling (every key and its default: tool_calling/conf.py) ------------------------
+
+TOOL_CALLING = {
+    "CHAT_MODEL": {
+        "MODEL": os.environ.get("OPENAI_MODEL") or "gpt-4o-mini",
+        # None lets the openai SDK use its own default (api.openai.com).
+        "BASE_URL": os.environ.get("OPENAI_BASE_URL") or None,
+        "API_KEY": os.environ.get("OPENAI_API_KEY") or None,
+    },
+}
+
+# --- Logging -------------------------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "console": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "console"},
+    },
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        "tool_calling": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
+}

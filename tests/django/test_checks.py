@@ -1,0 +1,281 @@
+"""tool_calling.checks: each system check by id, with its exact message and hint."""
+
+import pytest
+from django.core.checks import Error, run_checks
+from django.core.management import call_command
+from django.test import override_settings
+
+from tool_calling import checks
+
+ACCEPTED_KEYS = (
+    "CHAT_MODEL, EXECUTION, LIMITS, MAX_RESULT_CHARS, MCP, OBSERVATIONS_INCLUDE_CONTENT, "
+    "RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
+    "TOOL_CALLING_ADVISOR_AUTO_REGISTER, TOOL_SEARCH"
+)
+
+
+def run(tool_calling):
+    """Run the registered tool_calling checks against TOOL_CALLING = tool_calling."""
+    with override_settings(TOOL_CALLING=tool_calling):
+        return run_checks(tags=[checks.TAG])
+
+
+def test_clean_settings_pass_every_check():
+    assert run_checks(tags=[checks.TAG]) == []
+    assert run({}) == []
+    assert run_checks() == []
+    call_command("check", "--fail-level", "WARNING")
+
+
+def test_a_full_valid_configuration_passes():
+    assert (
+        run(
+            {
+                "CHAT_MODEL": {"MODEL": "m", "OPTIONS": {"temperature": 0}},
+                "EXECUTION": {"MODE": "celery", "MAX_CONCURRENT_CALLS": 1},
+                "LIMITS": {
+                    "MAX_CALLS_PER_TOOL_DEFAULT": None,
+                    "MAX_CALLS_PER_TOOL": {"search": 1, "free": None},
+                    "EXCLUDED_TOOLS": ("clock",),
+                    "MAX_TOTAL_TOOL_CALLS": None,
+                    "ON_LIMIT_EXCEEDED": "RETURN_ERROR_RESPONSE",
+                },
+                "MAX_RESULT_CHARS": None,
+            }
+        )
+        == []
+    )
+
+
+def test_the_checks_are_registered_under_their_tag():
+    with override_settings(TOOL_CALLING={"NOPE": 1}):
+        ids = [message.id for message in run_checks()]
+    assert ids == ["tool_calling.E001"]
+
+
+# --- E001 / E002: unknown keys -------------------------------------------------------------
+
+
+def test_e001_unknown_key_with_a_close_match():
+    assert run({"LIMIT": {}}) == [
+        Error(
+            "Unknown key 'LIMIT' in TOOL_CALLING.",
+            hint="Did you mean 'LIMITS'?",
+            id="tool_calling.E001",
+        )
+    ]
+
+
+def test_e001_unknown_key_without_a_close_match_lists_the_accepted_keys():
+    assert run({"QQQ": 1}) == [
+        Error(
+            "Unknown key 'QQQ' in TOOL_CALLING.",
+            hint=f"The accepted keys are: {ACCEPTED_KEYS}.",
+            id="tool_calling.E001",
+        )
+    ]
+
+
+def test_e002_unknown_nested_key_with_a_close_match():
+    assert run({"LIMITS": {"MAX_TOTAL_TOOL_CALL": 5}}) == [
+        Error(
+            """Unknown key 'MAX_TOTAL_TOOL_CALL' in TOOL_CALLING["LIMITS"].""",
+            hint="Did you mean 'MAX_TOTAL_TOOL_CALLS'?",
+            id="tool_calling.E002",
+        )
+    ]
+
+
+def test_e002_unknown_nested_key_without_a_close_match_lists_the_accepted_keys():
+    assert run({"EXECUTION": {"BACKEND": "x"}}) == [
+        Error(
+            """Unknown key 'BACKEND' in TOOL_CALLING["EXECUTION"].""",
+            hint="The accepted keys are: MAX_CONCURRENT_CALLS, MODE, QUEUE, TIMEOUT.",
+            id="tool_calling.E002",
+        )
+    ]
+
+
+def test_keys_two_levels_down_are_free_form():
+    """Tool names, model options and MCP aliases are the project's own keys."""
+    assert (
+        run(
+            {
+                "LIMITS": {"MAX_CALLS_PER_TOOL": {"anything": 1}},
+                "CHAT_MODEL": {"OPTIONS": {"top_p": 0.5}},
+                "MCP": {"SERVERS": {"github": {}}},
+            }
+        )
+        == []
+    )
+
+
+# --- E003: limits --------------------------------------------------------------------------
+
+
+def e003(msg):
+    return Error(msg, id="tool_calling.E003")
+
+
+@pytest.mark.parametrize("value", [0, -1, True, False, 1.5, "10"])
+def test_e003_total_limit_must_be_a_positive_integer_or_none(value):
+    assert run({"LIMITS": {"MAX_TOTAL_TOOL_CALLS": value}}) == [
+        e003(
+            """The value of 'TOOL_CALLING["LIMITS"]["MAX_TOTAL_TOOL_CALLS"]' must be a """
+            "positive integer or None."
+        )
+    ]
+
+
+def test_e003_default_per_tool_limit():
+    assert run({"LIMITS": {"MAX_CALLS_PER_TOOL_DEFAULT": 0}}) == [
+        e003(
+            """The value of 'TOOL_CALLING["LIMITS"]["MAX_CALLS_PER_TOOL_DEFAULT"]' must be a """
+            "positive integer or None."
+        )
+    ]
+
+
+def test_e003_per_tool_limit_names_the_tool():
+    assert run({"LIMITS": {"MAX_CALLS_PER_TOOL": {"search": True, "ok": 3}}}) == [
+        e003(
+            """The value of 'TOOL_CALLING["LIMITS"]["MAX_CALLS_PER_TOOL"]["search"]' must be a """
+            "positive integer or None."
+        )
+    ]
+
+
+def test_e003_per_tool_limits_must_be_a_dict():
+    assert run({"LIMITS": {"MAX_CALLS_PER_TOOL": [("search", 1)]}}) == [
+        e003(
+            """The value of 'TOOL_CALLING["LIMITS"]["MAX_CALLS_PER_TOOL"]' must be a dict """
+            "mapping tool names to a positive integer or None."
+        )
+    ]
+
+
+@pytest.mark.parametrize("value", ["search", None, [1], {"search": 1}])
+def test_e003_excluded_tools_must_be_a_list_of_names(value):
+    assert run({"LIMITS": {"EXCLUDED_TOOLS": value}}) == [
+        e003(
+            """The value of 'TOOL_CALLING["LIMITS"]["EXCLUDED_TOOLS"]' must be a list of """
+            "tool names."
+        )
+    ]
+
+
+def test_e003_on_limit_exceeded_with_a_close_match():
+    assert run({"LIMITS": {"ON_LIMIT_EXCEEDED": "throw"}}) == [
+        Error(
+            """The value of 'TOOL_CALLING["LIMITS"]["ON_LIMIT_EXCEEDED"]' must be 'THROW' or """
+            "'RETURN_ERROR_RESPONSE'.",
+            hint="Did you mean 'THROW'?",
+            id="tool_calling.E003",
+        )
+    ]
+
+
+def test_e003_on_limit_exceeded_without_a_close_match():
+    assert run({"LIMITS": {"ON_LIMIT_EXCEEDED": "IGNORE"}}) == [
+        e003(
+            """The value of 'TOOL_CALLING["LIMITS"]["ON_LIMIT_EXCEEDED"]' must be 'THROW' or """
+            "'RETURN_ERROR_RESPONSE'."
+        )
+    ]
+
+
+def test_e003_max_result_chars_and_max_concurrent_calls():
+    assert run({"MAX_RESULT_CHARS": 0, "EXECUTION": {"MAX_CONCURRENT_CALLS": None}}) == [
+        e003(
+            """The value of 'TOOL_CALLING["MAX_RESULT_CHARS"]' must be a positive integer """
+            "or None."
+        ),
+        e003(
+            """The value of 'TOOL_CALLING["EXECUTION"]["MAX_CONCURRENT_CALLS"]' must be a """
+            "positive integer."
+        ),
+    ]
+
+
+def test_e003_reports_every_bad_limit_at_once():
+    ids = [
+        error.id
+        for error in run({"LIMITS": {"MAX_CALLS_PER_TOOL_DEFAULT": -1, "MAX_TOTAL_TOOL_CALLS": 0}})
+    ]
+    assert ids == ["tool_calling.E003", "tool_calling.E003"]
+
+
+# --- E004 / E005 / E007: execution mode ----------------------------------------------------
+
+
+def test_e004_unknown_execution_mode_with_a_close_match():
+    assert run({"EXECUTION": {"MODE": "Celery"}}) == [
+        Error(
+            """The value of 'TOOL_CALLING["EXECUTION"]["MODE"]' must be 'inline' or 'celery'.""",
+            hint="Did you mean 'celery'?",
+            id="tool_calling.E004",
+        )
+    ]
+
+
+def test_e004_unknown_execution_mode_without_a_close_match():
+    assert run({"EXECUTION": {"MODE": "threads"}}) == [
+        Error(
+            """The value of 'TOOL_CALLING["EXECUTION"]["MODE"]' must be 'inline' or 'celery'.""",
+            id="tool_calling.E004",
+        )
+    ]
+
+
+def test_e005_celery_mode_without_a_broker_url(settings):
+    del settings.CELERY_BROKER_URL
+    assert run({"EXECUTION": {"MODE": "celery"}}) == [
+        Error(
+            "The CELERY_BROKER_URL setting must be set when "
+            """TOOL_CALLING["EXECUTION"]["MODE"] is 'celery'.""",
+            hint="Point it at the broker, e.g. CELERY_BROKER_URL = 'redis://127.0.0.1:6379/0', "
+            "and load it in the Celery app with config_from_object('django.conf:settings', "
+            "namespace='CELERY'); or use the MODE 'inline'.",
+            id="tool_calling.E005",
+        )
+    ]
+
+
+def test_e005_empty_broker_url(settings):
+    settings.CELERY_BROKER_URL = ""
+    assert [e.id for e in run({"EXECUTION": {"MODE": "celery"}})] == ["tool_calling.E005"]
+
+
+def test_inline_mode_needs_no_broker(settings):
+    del settings.CELERY_BROKER_URL
+    assert run({"EXECUTION": {"MODE": "inline"}}) == []
+
+
+def test_e007_celery_mode_without_celery_installed(monkeypatch):
+    monkeypatch.setattr(checks, "_celery_installed", lambda: False)
+    assert run({"EXECUTION": {"MODE": "celery"}}) == [
+        Error(
+            """Celery must be installed when TOOL_CALLING["EXECUTION"]["MODE"] is 'celery'.""",
+            hint="Install it with: pip install 'celery[redis]'",
+            id="tool_calling.E007",
+        )
+    ]
+
+
+# --- E006: not a dict ----------------------------------------------------------------------
+
+
+def test_e006_tool_calling_is_not_a_dict():
+    assert run(["LIMITS"]) == [
+        Error("The value of 'TOOL_CALLING' must be a dict.", id="tool_calling.E006")
+    ]
+
+
+def test_e006_dict_setting_is_not_a_dict_and_the_rest_is_still_checked():
+    assert run({"LIMITS": 10, "EXECUTION": {"MODE": "x"}}) == [
+        Error("""The value of 'TOOL_CALLING["LIMITS"]' must be a dict.""", id="tool_calling.E006"),
+        Error(
+            """The value of 'TOOL_CALLING["EXECUTION"]["MODE"]' must be 'inline' or 'celery'.""",
+            id="tool_calling.E004",
+        ),
+    ]

@@ -1,0 +1,144 @@
+"""docker/: the compose file and Dockerfile agree with project/settings.py and requirements.txt."""
+
+import re
+import shlex
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from tool_calling.conf import DEFAULTS
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker" / "compose.yml"
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+SETTINGS = ROOT / "project" / "settings.py"
+
+# os.environ.get("X"...), os.environ["X"], os.getenv("X"...)
+ENV_READ = re.compile(
+    r"""os\.(?:environ\.get|getenv)\(\s*["']([A-Za-z_][A-Za-z0-9_]*)["']"""
+    r"""|os\.environ\[\s*["']([A-Za-z_][A-Za-z0-9_]*)["']\s*\]"""
+)
+
+
+def env_vars_read_by_settings():
+    names = set()
+    for get_name, item_name in ENV_READ.findall(SETTINGS.read_text()):
+        names.add(get_name or item_name)
+    return names
+
+
+@pytest.fixture(scope="module")
+def compose():
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose):
+    return compose["services"]
+
+
+def environment(service):
+    env = service.get("environment", {})
+    if isinstance(env, list):  # ["KEY=value", ...] form
+        env = dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
+    return env
+
+
+def command(service):
+    cmd = service.get("command", "")
+    return shlex.join(cmd) if isinstance(cmd, list) else cmd
+
+
+def depends_on(service):
+    deps = service.get("depends_on", [])
+    return set(deps if isinstance(deps, list) else deps.keys())
+
+
+def test_settings_scan_finds_the_documented_variables():
+    """The scan below is only as good as its regex: it must see what settings.py reads."""
+    assert {
+        "DATABASE_URL",
+        "REDIS_URL",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "OPENAI_MODEL",
+        "DJANGO_SECRET_KEY",
+        "DJANGO_DEBUG",
+        "DJANGO_ALLOWED_HOSTS",
+    } <= env_vars_read_by_settings()
+
+
+def test_the_services_exist(services):
+    assert {"web", "worker", "redis", "postgres"} <= set(services)
+
+
+@pytest.mark.parametrize("name", ["web", "worker"])
+def test_web_and_worker_set_every_variable_settings_reads(services, name):
+    missing = env_vars_read_by_settings() - set(environment(services[name]))
+    assert not missing, f"{name} does not set {sorted(missing)}, which project/settings.py reads"
+
+
+def test_web_and_worker_share_one_environment(services):
+    assert environment(services["web"]) == environment(services["worker"])
+
+
+def test_database_url_points_at_the_postgres_service(services):
+    url = urlsplit(environment(services["web"])["DATABASE_URL"])
+    postgres = environment(services["postgres"])
+    assert url.scheme in {"postgres", "postgresql"}
+    assert url.hostname == "postgres"
+    assert url.username == postgres["POSTGRES_USER"]
+    assert url.password == postgres["POSTGRES_PASSWORD"]
+    assert url.path.lstrip("/") == postgres["POSTGRES_DB"]
+
+
+def test_redis_url_points_at_the_redis_service(services):
+    url = urlsplit(environment(services["web"])["REDIS_URL"])
+    assert (url.scheme, url.hostname) == ("redis", "redis")
+
+
+def test_worker_runs_celery_on_the_tool_queue(services):
+    cmd = command(services["worker"])
+    assert "celery -A project worker" in cmd
+    queues = re.search(r"-Q\s+(\S+)", cmd)
+    assert queues is not None
+    assert DEFAULTS["EXECUTION"]["QUEUE"] in queues.group(1).split(",")
+
+
+def test_web_migrates_then_serves(services):
+    cmd = command(services["web"])
+    assert cmd.index("manage.py migrate") < cmd.index("manage.py runserver 0.0.0.0:8000")
+
+
+def test_web_depends_on_redis_and_postgres(services):
+    assert {"redis", "postgres"} <= depends_on(services["web"])
+    assert {"redis", "postgres"} <= depends_on(services["worker"])
+
+
+def test_redis_never_evicts_queued_tasks(services):
+    cmd = command(services["redis"])
+    assert services["redis"]["image"].startswith("redis:7")
+    assert "--maxmemory-policy noeviction" in cmd
+    assert "--appendonly yes" in cmd
+
+
+def test_postgres_service(services):
+    assert services["postgres"]["image"].startswith("postgres:15")
+    assert {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD"} <= set(
+        environment(services["postgres"])
+    )
+
+
+def test_dockerfile_builds_from_python_311_slim_and_installs_requirements():
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.MULTILINE)
+    assert re.search(r"^RUN pip install .*-r requirements\.txt", text, re.MULTILINE)
+    assert re.search(r"^COPY requirements\.txt ", text, re.MULTILINE)
+    assert (ROOT / "requirements.txt").is_file()
+
+
+def test_requirements_include_the_postgres_driver():
+    """DATABASE_URL in compose.yml is postgres://, so the image needs a driver."""
+    assert re.search(r"^psycopg(\[binary\])?==", (ROOT / "requirements.txt").read_text(), re.M)

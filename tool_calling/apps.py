@@ -1,0 +1,47 @@
+"""App configs of tool_calling: ``ToolCallingConfig`` (default) and ``SimpleToolCallingConfig``."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class SimpleToolCallingConfig(AppConfig):
+    """tool_calling without autodiscovery of the installed apps' ``tools.py`` modules.
+
+    Use ``"tool_calling.apps.SimpleToolCallingConfig"`` in ``INSTALLED_APPS`` to register tools
+    yourself, as ``SimpleAdminConfig`` does for the admin.
+    """
+
+    name = "tool_calling"
+    label = "tool_calling"
+    verbose_name = _("Tool calling")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Register the system checks and hand the core its settings; no database access."""
+        from django.core import checks
+
+        from tool_calling import checks as tool_calling_checks
+        from tool_calling.conf import django_core_settings
+        from tool_calling.core._settings import set_core_settings_provider
+
+        checks.register(tool_calling_checks.check_settings, tool_calling_checks.TAG)
+        set_core_settings_provider(django_core_settings)
+
+
+class ToolCallingConfig(SimpleToolCallingConfig):
+    """The default app config of tool_calling (``"tool_calling"`` in ``INSTALLED_APPS``).
+
+    On top of what ``SimpleToolCallingConfig`` does, it imports every installed app's ``tools``
+    module and registers its ``@tool`` functions in ``tool_calling.registry.registry``.
+    """
+
+    default = True
+
+    def ready(self) -> None:
+        """Do what SimpleToolCallingConfig does, then autodiscover the apps' tools."""
+        super().ready()
+        from tool_calling.registry import autodiscover
+
+        autodiscover()

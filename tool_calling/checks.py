@@ -1,0 +1,200 @@
+"""System checks of the ``TOOL_CALLING`` setting, registered by ``ToolCallingConfig.ready()``.
+
+=================== =======================================================================
+Id                  Problem
+=================== =======================================================================
+tool_calling.E001   Unknown key in ``TOOL_CALLING``.
+tool_calling.E002   Unknown key in a dict-valued setting (``TOOL_CALLING["LIMITS"]``, ...).
+tool_calling.E003   A limit that is not a positive integer (or None where that means
+                    unlimited), or an ``ON_LIMIT_EXCEEDED`` that is not a known behaviour.
+tool_calling.E004   ``EXECUTION["MODE"]`` is neither ``"inline"`` nor ``"celery"``.
+tool_calling.E005   ``EXECUTION["MODE"]`` is ``"celery"`` but ``CELERY_BROKER_URL`` is not set.
+tool_calling.E006   ``TOOL_CALLING``, or one of its dict-valued keys, is not a dict.
+tool_calling.E007   ``EXECUTION["MODE"]`` is ``"celery"`` but Celery is not installed.
+=================== =======================================================================
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib.util
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Error
+from django.core.exceptions import ImproperlyConfigured
+
+from tool_calling.conf import DEFAULTS, SETTING_NAME, settings
+from tool_calling.core.execution.limits import ToolCallLimitBehavior
+
+__all__ = ["TAG", "check_settings"]
+
+TAG = "tool_calling"
+"""The check tag: ``manage.py check --tag tool_calling`` runs only these checks."""
+
+EXECUTION_MODES = ("inline", "celery")
+
+
+def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check ``settings.TOOL_CALLING``: known keys, valid limits, a usable execution mode."""
+    user = settings.user_settings
+    if not isinstance(user, Mapping):
+        return [Error(f"The value of {SETTING_NAME!r} must be a dict.", id="tool_calling.E006")]
+    errors = _check_keys(user)
+    values: dict[str, Any] = {}
+    for key in DEFAULTS:
+        try:
+            values[key] = getattr(settings, key)
+        except ImproperlyConfigured as exc:
+            errors.append(Error(str(exc), id="tool_calling.E006"))
+            values[key] = copy.deepcopy(DEFAULTS[key])
+    errors += _check_limits(values)
+    errors += _check_execution(values["EXECUTION"])
+    return errors
+
+
+def _path(*keys: object) -> str:
+    return SETTING_NAME + "".join(f'["{key}"]' for key in keys)
+
+
+def _did_you_mean(value: object, choices: Iterable[str]) -> str | None:
+    # Compared case-insensitively, so "throw" finds "THROW" and "limits" finds "LIMITS".
+    by_folded = {choice.casefold(): choice for choice in choices}
+    matches = difflib.get_close_matches(str(value).casefold(), list(by_folded), n=1)
+    return f"Did you mean {by_folded[matches[0]]!r}?" if matches else None
+
+
+def _unknown_key_hint(key: object, accepted: Iterable[str]) -> str:
+    accepted = sorted(accepted)
+    return _did_you_mean(key, accepted) or f"The accepted keys are: {', '.join(accepted)}."
+
+
+def _check_keys(user: Mapping[Any, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key, value in user.items():
+        if key not in DEFAULTS:
+            errors.append(
+                Error(
+                    f"Unknown key {key!r} in {SETTING_NAME}.",
+                    hint=_unknown_key_hint(key, DEFAULTS),
+                    id="tool_calling.E001",
+                )
+            )
+            continue
+        default = DEFAULTS[key]
+        if not isinstance(default, dict) or not isinstance(value, Mapping):
+            continue
+        for sub_key in value:
+            if sub_key not in default:
+                errors.append(
+                    Error(
+                        f"Unknown key {sub_key!r} in {_path(key)}.",
+                        hint=_unknown_key_hint(sub_key, default),
+                        id="tool_calling.E002",
+                    )
+                )
+    return errors
+
+
+def _is_positive_int(value: object) -> bool:
+    # bool is an int subclass: True would otherwise pass as the limit 1.
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _limit_error(*keys: object, allow_none: bool = True) -> Error:
+    expected = "a positive integer or None" if allow_none else "a positive integer"
+    return Error(f"The value of '{_path(*keys)}' must be {expected}.", id="tool_calling.E003")
+
+
+def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    limits = values["LIMITS"]
+    for key in ("MAX_CALLS_PER_TOOL_DEFAULT", "MAX_TOTAL_TOOL_CALLS"):
+        if limits[key] is not None and not _is_positive_int(limits[key]):
+            errors.append(_limit_error("LIMITS", key))
+
+    per_tool = limits["MAX_CALLS_PER_TOOL"]
+    if not isinstance(per_tool, Mapping):
+        errors.append(
+            Error(
+                f"The value of '{_path('LIMITS', 'MAX_CALLS_PER_TOOL')}' must be a dict mapping "
+                "tool names to a positive integer or None.",
+                id="tool_calling.E003",
+            )
+        )
+    else:
+        for name, limit in per_tool.items():
+            if limit is not None and not _is_positive_int(limit):
+                errors.append(_limit_error("LIMITS", "MAX_CALLS_PER_TOOL", name))
+
+    excluded = limits["EXCLUDED_TOOLS"]
+    if not isinstance(excluded, list | tuple | set | frozenset) or not all(
+        isinstance(name, str) for name in excluded
+    ):
+        errors.append(
+            Error(
+                f"The value of '{_path('LIMITS', 'EXCLUDED_TOOLS')}' must be a list of tool names.",
+                id="tool_calling.E003",
+            )
+        )
+
+    behaviours = [behaviour.value for behaviour in ToolCallLimitBehavior]
+    on_limit_exceeded = limits["ON_LIMIT_EXCEEDED"]
+    if on_limit_exceeded not in behaviours:
+        errors.append(
+            Error(
+                f"The value of '{_path('LIMITS', 'ON_LIMIT_EXCEEDED')}' must be "
+                + " or ".join(repr(behaviour) for behaviour in behaviours)
+                + ".",
+                hint=_did_you_mean(on_limit_exceeded, behaviours),
+                id="tool_calling.E003",
+            )
+        )
+
+    max_result_chars = values["MAX_RESULT_CHARS"]
+    if max_result_chars is not None and not _is_positive_int(max_result_chars):
+        errors.append(_limit_error("MAX_RESULT_CHARS"))
+    if not _is_positive_int(values["EXECUTION"]["MAX_CONCURRENT_CALLS"]):
+        errors.append(_limit_error("EXECUTION", "MAX_CONCURRENT_CALLS", allow_none=False))
+    return errors
+
+
+def _celery_installed() -> bool:
+    return importlib.util.find_spec("celery") is not None
+
+
+def _check_execution(execution: Mapping[str, Any]) -> list[CheckMessage]:
+    mode = execution["MODE"]
+    mode_path = _path("EXECUTION", "MODE")
+    if mode not in EXECUTION_MODES:
+        return [
+            Error(
+                f"The value of '{mode_path}' must be 'inline' or 'celery'.",
+                hint=_did_you_mean(mode, EXECUTION_MODES),
+                id="tool_calling.E004",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    if mode == "celery":
+        if not _celery_installed():
+            errors.append(
+                Error(
+                    f"Celery must be installed when {mode_path} is 'celery'.",
+                    hint="Install it with: pip install 'celery[redis]'",
+                    id="tool_calling.E007",
+                )
+            )
+        if not getattr(django_settings, "CELERY_BROKER_URL", None):
+            errors.append(
+                Error(
+                    f"The CELERY_BROKER_URL setting must be set when {mode_path} is 'celery'.",
+                    hint="Point it at the broker, e.g. CELERY_BROKER_URL = "
+                    "'redis://127.0.0.1:6379/0', and load it in the Celery app with "
+                    "config_from_object('django.conf:settings', namespace='CELERY'); "
+                    "or use the MODE 'inline'.",
+                    id="tool_calling.E005",
+                )
+            )
+    return errors

@@ -1,0 +1,230 @@
+"""Settings of tool_calling: one ``TOOL_CALLING`` dict, read lazily through ``settings``.
+
+A project sets only the keys it changes, for example::
+
+    TOOL_CALLING = {
+        "CHAT_MODEL": {"MODEL": "gpt-4o-mini", "BASE_URL": "http://localhost:11434/v1"},
+        "EXECUTION": {"MODE": "celery", "QUEUE": "tools"},
+        "LIMITS": {"MAX_TOTAL_TOOL_CALLS": 50, "MAX_CALLS_PER_TOOL": {"web_search": 5}},
+        "THROW_EXCEPTION_ON_ERROR": False,
+    }
+
+and reads them as attributes::
+
+    from tool_calling.conf import settings
+
+    settings.LIMITS["MAX_TOTAL_TOOL_CALLS"]  # 50
+    settings.LIMITS["MAX_CALLS_PER_TOOL_DEFAULT"]  # 40, the default: LIMITS was merged
+
+Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``TOOL_SEARCH``, ``MCP``) are
+merged one level deep with their defaults, so overriding one limit keeps the others. Unlike
+Django REST framework, which replaces a dict-valued setting whole. Values one level further
+down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``, ``MCP["SERVERS"]``) are
+taken as given.
+
+Nothing is read at import time. Values are resolved on first access, cached, and the cache is
+dropped when ``TOOL_CALLING`` changes (``override_settings`` in tests). Unknown or misspelled
+keys are reported by the system checks in ``tool_calling.checks``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from tool_calling.core._settings import CoreSettings
+from tool_calling.core.execution.limits import ToolCallLimits
+
+__all__ = ["DEFAULTS", "ToolCallingSettings", "django_core_settings", "settings"]
+
+SETTING_NAME = "TOOL_CALLING"
+
+DEFAULTS: dict[str, Any] = {
+    # --- Chat model ------------------------------------------------------------------------
+    # The OpenAI-compatible chat model used by the Django entry points (manage.py chat, the
+    # background runs, the API).
+    "CHAT_MODEL": {
+        # Model name sent with every request, e.g. "gpt-4o-mini" or "llama3.1" (Spring AI's
+        # default for OpenAI is "gpt-4o-mini", too).
+        "MODEL": "gpt-4o-mini",
+        # Base URL of an OpenAI-compatible server (vLLM, Ollama, LM Studio); None = the openai
+        # SDK's default (its OPENAI_BASE_URL environment variable, else api.openai.com).
+        "BASE_URL": None,
+        # API key; None = the openai SDK's default (its OPENAI_API_KEY environment variable).
+        "API_KEY": None,
+        # Seconds to wait for one model response.
+        "TIMEOUT": 60,
+        # Retries of failed model requests (connection errors, 429, 5xx) by the openai SDK.
+        "MAX_RETRIES": 2,
+        # Extra keyword arguments for every chat completion, e.g. {"temperature": 0.2}.
+        "OPTIONS": {},
+    },
+    # --- Execution -------------------------------------------------------------------------
+    "EXECUTION": {
+        # "inline" runs tool calls in the process that runs the turn; "celery" sends each call
+        # to a Celery worker listening on QUEUE.
+        "MODE": "inline",
+        # How many calls of one assistant message run at the same time in-process.
+        "MAX_CONCURRENT_CALLS": 8,
+        # Default Celery queue of tool calls; a tool in the admin may name its own.
+        "QUEUE": "tool_calling",
+        # Default time limit of one tool call, in seconds; a tool in the admin may set its own.
+        "TIMEOUT": 30,
+    },
+    # --- Limits (Spring AI: spring.ai.tools.limits.*) ---------------------------------------
+    # Counted per turn: the calls after the last user message. None = unlimited.
+    "LIMITS": {
+        # Calls allowed per tool per turn, unless MAX_CALLS_PER_TOOL or EXCLUDED_TOOLS says
+        # otherwise.
+        "MAX_CALLS_PER_TOOL_DEFAULT": 40,
+        # Per-tool overrides: {"tool_name": 5}; a value of None exempts that tool.
+        "MAX_CALLS_PER_TOOL": {},
+        # Tools with no per-tool limit; their calls still count toward MAX_TOTAL_TOOL_CALLS.
+        "EXCLUDED_TOOLS": [],
+        # Calls allowed across all tools per turn.
+        "MAX_TOTAL_TOOL_CALLS": 150,
+        # "THROW" ends the turn with ToolCallLimitExceededException; "RETURN_ERROR_RESPONSE"
+        # answers the breaching call with an error the model sees, and goes on.
+        "ON_LIMIT_EXCEEDED": "THROW",
+    },
+    # --- Errors and validation --------------------------------------------------------------
+    # spring.ai.tools.throw-exception-on-error: re-raise a tool's exception instead of sending
+    # its message to the model.
+    "THROW_EXCEPTION_ON_ERROR": False,
+    # Raise instead of telling the model when it sends arguments that are not a JSON object or
+    # fail the schema, or names a tool that is unknown or disabled.
+    "STRICT_TOOL_CALLS": False,
+    # Longest tool result, in characters, sent to the model; longer results are cut with a
+    # note. None = no cap.
+    "MAX_RESULT_CHARS": 65536,
+    # --- Resolution and advisors ------------------------------------------------------------
+    # spring.ai.tools.resolution.fallback.enabled: let a tool call the request did not attach
+    # be looked up by name in the resolver. Off: only the request's tools can run.
+    "RESOLUTION_FALLBACK_ENABLED": False,
+    # spring.ai.chat.client.tool-calling.enabled: ChatClient adds a ToolCallingAdvisor to a
+    # request that has none.
+    "TOOL_CALLING_ADVISOR_AUTO_REGISTER": True,
+    # --- Observability ----------------------------------------------------------------------
+    # spring.ai.model.tool.observations.include-content: put tool arguments and results into
+    # logs and traces. Off by default, since they may carry personal data or secrets.
+    "OBSERVATIONS_INCLUDE_CONTENT": False,
+    # --- Progressive tool disclosure --------------------------------------------------------
+    "TOOL_SEARCH": {
+        # Send the model a search tool instead of every tool definition.
+        "ENABLED": False,
+        # Tools a search returns at most.
+        "MAX_RESULTS": 5,
+    },
+    # --- MCP --------------------------------------------------------------------------------
+    "MCP": {
+        # MCP servers whose tools become tool sources, by alias: {"alias": {...}}.
+        "SERVERS": {},
+    },
+}
+
+
+class ToolCallingSettings:
+    """Lazy, cached attribute access to ``settings.TOOL_CALLING`` merged with ``DEFAULTS``.
+
+    ``settings.LIMITS`` returns the defaults of ``LIMITS`` updated with the project's
+    ``TOOL_CALLING["LIMITS"]`` (one level deep; DRF replaces dicts whole instead). An unknown
+    attribute raises ``AttributeError`` naming it.
+    """
+
+    def __init__(
+        self,
+        user_settings: Mapping[str, Any] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+    ) -> None:
+        if user_settings is not None:
+            self._user_settings: Any = user_settings
+        self.defaults: Mapping[str, Any] = DEFAULTS if defaults is None else defaults
+        self._cached_attrs: set[str] = set()
+
+    @property
+    def user_settings(self) -> Any:
+        """The project's ``TOOL_CALLING`` as written (``{}`` when it is not set)."""
+        if not hasattr(self, "_user_settings"):
+            self._user_settings = getattr(django_settings, SETTING_NAME, {})
+        return self._user_settings
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_") or attr not in self.defaults:
+            raise AttributeError(f"Invalid {SETTING_NAME} setting: {attr!r}")
+        user = self.user_settings
+        if not isinstance(user, Mapping):
+            raise ImproperlyConfigured(f"The value of {SETTING_NAME!r} must be a dict.")
+        value = copy.deepcopy(self.defaults[attr])
+        if attr in user:
+            override = user[attr]
+            if isinstance(value, dict):
+                if not isinstance(override, Mapping):
+                    raise ImproperlyConfigured(
+                        f"The value of '{SETTING_NAME}[\"{attr}\"]' must be a dict."
+                    )
+                value.update(override)
+            else:
+                value = override
+        self._cached_attrs.add(attr)
+        setattr(self, attr, value)
+        return value
+
+    def reload(self) -> None:
+        """Forget every cached value; the next access reads Django's settings again."""
+        for attr in self._cached_attrs:
+            delattr(self, attr)
+        self._cached_attrs.clear()
+        if hasattr(self, "_user_settings"):
+            del self._user_settings
+
+
+settings = ToolCallingSettings()
+
+
+@functools.cache
+def django_core_settings() -> CoreSettings:
+    """Return the core's settings built from ``TOOL_CALLING``; cached until it changes.
+
+    ``ToolCallingConfig.ready()`` installs this as the core's settings provider.
+
+    Raises:
+        ImproperlyConfigured: ``TOOL_CALLING`` holds a value the core rejects.
+    """
+    limits = settings.LIMITS
+    try:
+        tool_call_limits = ToolCallLimits(
+            max_calls_per_tool=limits["MAX_CALLS_PER_TOOL_DEFAULT"],
+            per_tool=limits["MAX_CALLS_PER_TOOL"],
+            excluded_tools=limits["EXCLUDED_TOOLS"],
+            max_total_tool_calls=limits["MAX_TOTAL_TOOL_CALLS"],
+            on_limit_exceeded=limits["ON_LIMIT_EXCEEDED"],
+        )
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(f'Invalid {SETTING_NAME}["LIMITS"]: {exc}') from exc
+    return CoreSettings(
+        strict_tool_calls=settings.STRICT_TOOL_CALLS,
+        throw_exception_on_error=settings.THROW_EXCEPTION_ON_ERROR,
+        max_result_chars=settings.MAX_RESULT_CHARS,
+        max_concurrent_calls=settings.EXECUTION["MAX_CONCURRENT_CALLS"],
+        limits=tool_call_limits,
+        resolution_fallback_enabled=settings.RESOLUTION_FALLBACK_ENABLED,
+        tool_calling_advisor_auto_register=settings.TOOL_CALLING_ADVISOR_AUTO_REGISTER,
+        chat_model=MappingProxyType(copy.deepcopy(settings.CHAT_MODEL)),
+    )
+
+
+def reload_settings(*, setting: str, **kwargs: Any) -> None:
+    """Drop the cached settings when ``TOOL_CALLING`` changes (connected to ``setting_changed``)."""
+    if setting == SETTING_NAME:
+        settings.reload()
+        django_core_settings.cache_clear()
+
+
+setting_changed.connect(reload_settings)

@@ -1,0 +1,1 @@
+"""Models of tool_calling: tool governance, conversations and the execution audit."""
