@@ -3,12 +3,19 @@
 Everything the library raises on purpose derives from :class:`ToolCallingError`::
 
     ToolCallingError
-     ├── ToolDefinitionError (ValueError)      bad @tool signature, bad or duplicate names: raised at import
-     ├── ToolResolutionError (LookupError)     a tool name that nothing resolves
-     ├── ToolArgumentsError (ValueError)       arguments the model sent fail JSON parsing or the schema
-     │                                         (raised only with STRICT_TOOL_CALLS; otherwise the model is told)
-     ├── ToolExecutionException                a tool raised; .tool_definition, .cause (also __cause__)
-     └── ToolCallLimitExceededException        .tool_name, .limit, .partial_result
+     ├── ToolDefinitionError (ValueError)   bad @tool signature, bad or duplicate name
+     ├── ToolResolutionError (LookupError)  a tool name that nothing resolves
+     ├── ToolArgumentsError (ValueError)    the model's arguments are not JSON or fail the
+     │                                      schema (raised only with STRICT_TOOL_CALLS)
+     ├── ToolExecutionException             a tool raised; .tool_definition, .cause
+     ├── ToolCallLimitExceededException     .tool_name, .limit, .partial_result
+     └── ChatModelError                     the model API failed after the SDK's retries;
+          │                                 .status_code, .request_id, .retry_after
+          ├── ChatModelAuthenticationError  401/403: bad or missing API key
+          ├── ChatModelNotFoundError        404: unknown model or endpoint
+          ├── ChatModelRateLimitError       429: rate limited (.retry_after, if sent)
+          ├── ChatModelTimeoutError         timed out, or could not connect
+          └── ChatModelResponseError        5xx, or a body that is not a valid completion
 
 This module is part of the pure-Python core: it never imports Django.
 """

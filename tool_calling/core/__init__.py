@@ -1,0 +1,1 @@
+"""The pure-Python core: no Django imports anywhere below this package."""

@@ -172,7 +172,9 @@ class ChatClient:
             merged.update(options.model_options)
             if isinstance(options, ToolCallingChatOptions):
                 callbacks = callbacks + [
-                    cb for cb in options.tool_callbacks if _identity(cb) not in map(_identity, callbacks)
+                    cb
+                    for cb in options.tool_callbacks
+                    if _identity(cb) not in map(_identity, callbacks)
                 ]
                 tool_names += [n for n in options.tool_names if n not in tool_names]
                 if options.internal_tool_execution_enabled is not None:

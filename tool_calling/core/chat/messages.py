@@ -40,7 +40,7 @@ class ToolResponse:
     response_data: str
     """The text the model sees."""
     is_error: bool = False
-    """True when the response reports a failure: bad arguments, unknown tool, an exception, a limit."""
+    """True when the response reports a failure (bad arguments, unknown tool, exception, limit)."""
 
 
 class Message:
@@ -119,10 +119,11 @@ def as_messages(messages: str | Message | Sequence[Message] | Mapping[str, Any])
         return [UserMessage(messages)]
     if isinstance(messages, Message):
         return [messages]
-    result = list(messages)  # type: ignore[arg-type]
-    for item in result:
+    result: list[Message] = []
+    for item in messages:
         if not isinstance(item, Message):
             raise TypeError(
                 f"Prompt messages must be Message instances or a string, got {type(item).__name__}"
             )
+        result.append(item)
     return result

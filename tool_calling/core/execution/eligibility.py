@@ -18,6 +18,7 @@ class ToolExecutionEligibilityPredicate(ABC):
         """Return whether the framework runs the response's tool calls."""
 
     def __call__(self, options: ChatOptions | None, chat_response: ChatResponse | None) -> bool:
+        """Same as :meth:`test`, so a predicate can be used as a plain function."""
         return self.test(options, chat_response)
 
 

@@ -13,13 +13,13 @@ from tool_calling.core.chat.messages import Message, ToolResponseMessage, UserMe
 __all__ = ["ToolCallLimitBehavior", "ToolCallLimits", "breach_text", "count_turn_calls"]
 
 
-class ToolCallLimitBehavior(str, enum.Enum):
+class ToolCallLimitBehavior(str, enum.Enum):  # noqa: UP042 - str-mixin keeps "THROW" == member
     """What happens when a call would exceed a limit."""
 
     THROW = "THROW"
     """Raise ``ToolCallLimitExceededException`` with the partial result."""
     RETURN_ERROR_RESPONSE = "RETURN_ERROR_RESPONSE"
-    """Skip the call, answer it with the breach text (``is_error=True``) and go on with the batch."""
+    """Skip the call, answer it with the breach text (``is_error=True``), go on with the batch."""
 
 
 def _check_limit(name: str, value: Any) -> None:

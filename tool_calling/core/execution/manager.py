@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from types import EllipsisType
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -60,7 +61,9 @@ class ToolCallingManager(ABC):
         """Return the definitions of the tools offered by ``options``, in order."""
 
     @abstractmethod
-    def execute_tool_calls(self, prompt: Prompt, chat_response: ChatResponse) -> ToolExecutionResult:
+    def execute_tool_calls(
+        self, prompt: Prompt, chat_response: ChatResponse
+    ) -> ToolExecutionResult:
         """Run the tool calls of ``chat_response`` and return the extended history."""
 
     async def aexecute_tool_calls(
@@ -103,7 +106,9 @@ def _invoke(callback: ToolCallback, tool_call: ToolCall, context: ToolContext) -
 
 async def _ainvoke(callback: ToolCallback, tool_call: ToolCall, context: ToolContext) -> _Outcome:
     try:
-        return _Outcome(text=await callback.acall(_normalise_arguments(tool_call.arguments), context))
+        return _Outcome(
+            text=await callback.acall(_normalise_arguments(tool_call.arguments), context)
+        )
     except BaseException as exc:
         return _Outcome(error=exc)
 
@@ -112,8 +117,7 @@ def _truncate(text: str, max_chars: int | None) -> str:
     if max_chars is None or len(text) <= max_chars:
         return text
     return (
-        text[:max_chars]
-        + f"\n[Truncated: the tool returned {len(text)} characters; "
+        text[:max_chars] + f"\n[Truncated: the tool returned {len(text)} characters; "
         f"only the first {max_chars} are shown.]"
     )
 
@@ -153,7 +157,7 @@ class DefaultToolCallingManager(ToolCallingManager):
         resolution_fallback_enabled: bool = False,
         executor: Executor | ToolCallExecutor | None = None,
         strict_tool_calls: bool | None = None,
-        max_result_chars: int | None | type[Ellipsis] = ...,  # type: ignore[valid-type]
+        max_result_chars: int | None | EllipsisType = ...,
         max_concurrent_calls: int | None = None,
     ) -> None:
         self.resolver = resolver
@@ -178,13 +182,13 @@ class DefaultToolCallingManager(ToolCallingManager):
         for name in options.tool_names:
             if name in callbacks:
                 continue
-            callback = self.resolver.resolve(name) if self.resolver is not None else None
-            if callback is None:
+            resolved = self.resolver.resolve(name) if self.resolver is not None else None
+            if resolved is None:
                 raise ToolResolutionError(
                     f"No tool named {_quote_name(name)} could be resolved"
                     + ("" if self.resolver is not None else " (the manager has no resolver)")
                 )
-            callbacks[name] = callback
+            callbacks[name] = resolved
         return callbacks
 
     def resolve_tool_definitions(self, options: ChatOptions | None) -> list[ToolDefinition]:
@@ -198,7 +202,9 @@ class DefaultToolCallingManager(ToolCallingManager):
 
     # -- execution --------------------------------------------------------------------------
 
-    def execute_tool_calls(self, prompt: Prompt, chat_response: ChatResponse) -> ToolExecutionResult:
+    def execute_tool_calls(
+        self, prompt: Prompt, chat_response: ChatResponse
+    ) -> ToolExecutionResult:
         """Run the tool calls of the first generation that has any.
 
         Returns:
@@ -219,7 +225,11 @@ class DefaultToolCallingManager(ToolCallingManager):
         calls = assistant.tool_calls
         options = prompt.options
         settings = core_settings()
-        strict = self.strict_tool_calls if self.strict_tool_calls is not None else settings.strict_tool_calls
+        strict = (
+            self.strict_tool_calls
+            if self.strict_tool_calls is not None
+            else settings.strict_tool_calls
+        )
         limits = self.limits if self.limits is not None else settings.limits
         callbacks = self._request_callbacks(options)
         raw_context = options.tool_context if isinstance(options, ToolCallingChatOptions) else {}
@@ -247,15 +257,23 @@ class DefaultToolCallingManager(ToolCallingManager):
                 text = self._unknown_tool_text(call.name, callbacks)
                 if strict:
                     raise ToolResolutionError(text)
-                logger.warning("Model called unknown or unavailable tool %s", _quote_name(call.name))
+                logger.warning(
+                    "Model called unknown or unavailable tool %s", _quote_name(call.name)
+                )
                 responses[index] = ToolResponse(call.id, call.name, text, is_error=True)
                 continue
             jobs.append((index, call, callback))
 
         outcomes = self._run(jobs, context, settings.max_concurrent_calls)
-        max_chars = settings.max_result_chars if self.max_result_chars is ... else self.max_result_chars
+        max_chars = (
+            settings.max_result_chars
+            if isinstance(self.max_result_chars, EllipsisType)
+            else self.max_result_chars
+        )
         for (index, call, callback), outcome in zip(jobs, outcomes, strict=True):
-            responses[index] = self._to_response(call, callback, outcome, strict, max_chars, settings)
+            responses[index] = self._to_response(
+                call, callback, outcome, strict, max_chars, settings
+            )
         # Return-direct only when every call of the batch ran a return-direct tool. A call
         # answered with an unknown-tool, bad-arguments or limit text never ran, and that text is
         # for the model to act on, not an answer for the caller.
@@ -269,7 +287,9 @@ class DefaultToolCallingManager(ToolCallingManager):
             index, tool_name, limit = breach
             call = calls[index]
             done = [r for r in responses[:index] if r is not None]
-            done.append(ToolResponse(call.id, call.name, breach_text(tool_name, limit), is_error=True))
+            done.append(
+                ToolResponse(call.id, call.name, breach_text(tool_name, limit), is_error=True)
+            )
             partial = ToolExecutionResult(
                 [*prompt.messages, assistant, ToolResponseMessage(done)], return_direct=False
             )
@@ -300,13 +320,15 @@ class DefaultToolCallingManager(ToolCallingManager):
             if len(jobs) == 1:
                 _, call, callback = jobs[0]
                 return [_invoke(callback, call, context)]
-            return self._run_in_process(jobs, context, self.max_concurrent_calls or default_concurrency)
+            return self._run_in_process(
+                jobs, context, self.max_concurrent_calls or default_concurrency
+            )
         futures: list[Future[str] | Future[_Outcome]] = []
         for _, call, callback in jobs:
             if isinstance(executor, ToolCallExecutor):
                 futures.append(executor.submit_tool_call(callback, call, context))
             else:
-                futures.append(executor.submit(_invoke, callback, call, context))  # type: ignore[union-attr]
+                futures.append(executor.submit(_invoke, callback, call, context))
         outcomes: list[_Outcome] = []
         for future in futures:
             try:

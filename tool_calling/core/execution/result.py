@@ -13,7 +13,7 @@ __all__ = ["ToolExecutionResult"]
 
 @dataclass(frozen=True)
 class ToolExecutionResult:
-    """The history after a batch of tool calls, and whether its results go straight to the caller."""
+    """The history after a batch of tool calls, and whether its results go straight back."""
 
     FINISH_REASON: ClassVar[str] = "returnDirect"
     """Finish reason of generations built from return-direct results."""
@@ -54,5 +54,3 @@ class ToolExecutionResult:
         """The tool response message of this batch, if the history ends with one."""
         last = self.conversation_history[-1] if self.conversation_history else None
         return last if isinstance(last, ToolResponseMessage) else None
-
-

@@ -18,6 +18,7 @@ class ToolContext(Mapping[str, Any]):
     """
 
     __slots__ = ("_data",)
+    _data: MappingProxyType[str, Any]
 
     def __init__(self, mapping: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         object.__setattr__(self, "_data", MappingProxyType({**(mapping or {}), **kwargs}))
@@ -25,7 +26,7 @@ class ToolContext(Mapping[str, Any]):
     @property
     def context(self) -> Mapping[str, Any]:
         """The data as a read-only mapping (Spring AI's ``getContext()``)."""
-        return self._data  # type: ignore[no-any-return]
+        return self._data
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]

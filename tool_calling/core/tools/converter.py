@@ -39,8 +39,8 @@ class ToolCallResultConverter:
             ) from exc
 
     def __call__(self, result: Any, return_type: Any) -> str:
+        """Same as :meth:`convert`."""
         return self.convert(result, return_type)
 
 
 DEFAULT_CONVERTER = ToolCallResultConverter()
-

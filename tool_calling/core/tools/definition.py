@@ -70,7 +70,7 @@ class ToolDefinition:
         if not isinstance(self.input_schema, dict) or self.input_schema.get("type") != "object":
             raise ToolDefinitionError(
                 f"Tool {self.name!r}: input_schema must be a JSON Schema object "
-                "with \"type\": \"object\"."
+                'with "type": "object".'
             )
 
 

@@ -12,12 +12,13 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
 import pydantic
 import pydantic_core
+import pydantic_core
 from pydantic.fields import FieldInfo
-from typing_extensions import NotRequired, Required, TypedDict
+from typing_extensions import TypedDict
 
 from tool_calling.core.tools._docstring import parse_docstring
 from tool_calling.core.tools.context import ToolContext
@@ -283,7 +284,7 @@ _NOT_AN_OBJECT = frozenset(
 def describe_validation_error(tool_name: str, error: pydantic.ValidationError) -> str:
     """Return a short text for the model listing what was wrong, field by field."""
     errors = error.errors(include_url=False, include_input=False, include_context=False)
-    first = errors[0] if errors else {}
+    first: dict[str, Any] = dict(errors[0]) if errors else {}
     if first.get("type") == "json_invalid":
         detail = str(first.get("msg", "")).removeprefix("Invalid JSON: ")
         return (
@@ -443,6 +444,26 @@ def _schema_for(adapter: pydantic.TypeAdapter[Any], where: str) -> JsonSchema:
         raise ToolDefinitionError(f"{where}: cannot build a JSON Schema: {exc}") from exc
 
 
+def _with_defaults(schema: JsonSchema, defaults: Mapping[str, Any]) -> JsonSchema:
+    """Show the model the defaults of optional parameters (when they have a JSON form)."""
+    properties = schema.get("properties", {})
+    for name, default in defaults.items():
+        try:
+            value = pydantic_core.to_jsonable_python(default)
+        except pydantic_core.PydanticSerializationError:
+            continue
+        if name in properties and "default" not in properties[name]:
+            properties[name]["default"] = value
+    return schema
+
+
+def _make_typed_dict(name: str, fields: dict[str, Any]) -> Any:
+    factory: Any = TypedDict  # the functional form takes a runtime name
+    typed_dict = factory(name, fields)
+    typed_dict.__pydantic_config__ = _FORBID
+    return typed_dict
+
+
 def build_arguments_schema(
     function: Callable[..., Any],
     *,
@@ -472,6 +493,7 @@ def build_arguments_schema(
     validation_fields: dict[str, Any] = {}
     names: list[str] = []
     none_means_default: set[str] = set()
+    defaults: dict[str, Any] = {}
     context_parameter: str | None = None
     params = list(signature.parameters.values())
     if skip_first and params:
@@ -508,36 +530,34 @@ def build_arguments_schema(
         description = (tool_param.description if tool_param else "") or param_descriptions.get(
             name, ""
         )
-        has_field_description = any(
-            isinstance(e, FieldInfo) and e.description for e in extras
-        )
+        has_field_description = any(isinstance(e, FieldInfo) and e.description for e in extras)
         metadata = list(extras)
         if description and not has_field_description:
             metadata.append(pydantic.Field(description=description))
-        typed = Annotated[(base, *metadata)] if metadata else base  # type: ignore[valid-type]
+        typed: Any = Annotated[(base, *metadata)] if metadata else base
         schema_fields[name] = Required[typed] if required else NotRequired[typed]
         if required:
             validation_fields[name] = Required[typed]
         else:
             # Strict-mode models send null for optional parameters: accept it, and let the
             # function's own default apply when the type itself does not allow None.
-            nullable = Union[base, None]  # noqa: UP007 - base is a runtime value
+            nullable: Any = Union[base, None]  # noqa: UP007 - base is a runtime value
             if metadata:
-                nullable = Annotated[(nullable, *metadata)]  # type: ignore[valid-type]
+                nullable = Annotated[(nullable, *metadata)]
             validation_fields[name] = NotRequired[nullable]
             if not optional and has_default:
                 none_means_default.add(name)
+            if has_default and param.default is not None:
+                defaults[name] = param.default
         names.append(name)
     if problems:
         raise ToolDefinitionError(f"{where}: " + "; ".join(problems) + ".")
 
     type_name = f"{tool_name.replace('.', '_').replace('-', '_')}_arguments"
     try:
-        schema_type = TypedDict(type_name, schema_fields)  # type: ignore[operator]
-        schema_type.__pydantic_config__ = _FORBID  # type: ignore[attr-defined]
+        schema_type = _make_typed_dict(type_name, schema_fields)
         raw = _schema_for(pydantic.TypeAdapter(schema_type), where)
-        validation_type = TypedDict(type_name, validation_fields)  # type: ignore[operator]
-        validation_type.__pydantic_config__ = _FORBID  # type: ignore[attr-defined]
+        validation_type = _make_typed_dict(type_name, validation_fields)
         adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(validation_type)
     except pydantic.PydanticSchemaGenerationError as exc:
         culprit = _find_unsupported_field(schema_fields)
@@ -549,7 +569,7 @@ def build_arguments_schema(
     except pydantic.PydanticUserError as exc:
         raise ToolDefinitionError(f"{where}: {exc.message}") from exc
     return ArgumentsSchema(
-        clean_schema(raw),
+        _with_defaults(clean_schema(raw), defaults),
         adapter,
         parameters=tuple(names),
         context_parameter=context_parameter,
@@ -589,7 +609,9 @@ def build_input_type_schema(input_type: Any, *, tool_name: str) -> ArgumentsSche
     except pydantic.PydanticUserError:
         adapter = pydantic.TypeAdapter(input_type)
     except pydantic.PydanticSchemaGenerationError as exc:
-        raise ToolDefinitionError(f"{where}: not supported ({exc.message.splitlines()[0]}).") from exc
+        raise ToolDefinitionError(
+            f"{where}: not supported ({exc.message.splitlines()[0]})."
+        ) from exc
     schema = clean_schema(_schema_for(adapter, where))
     if schema.get("type") != "object":
         raise ToolDefinitionError(

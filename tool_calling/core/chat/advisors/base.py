@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from tool_calling.core.chat.prompt import Prompt
 from tool_calling.core.chat.response import ChatResponse
@@ -49,7 +49,7 @@ class ChatClientResponse:
     """The context of the request this answers."""
 
 
-class Advisor(ABC):
+class Advisor(ABC):  # noqa: B024 - every hook has a pass-through default
     """Wraps the model call, like Django middleware.
 
     Set up in ``__init__``; keep no per-request state on ``self``; do per-call work around a
@@ -57,7 +57,7 @@ class Advisor(ABC):
     (outermost). The defaults pass the request through unchanged.
     """
 
-    order: ClassVar[int] | int = 0
+    order: int = 0
     """Position in the chain; lower is outer."""
 
     @property

@@ -100,5 +100,3 @@ class MessageChatMemoryAdvisor(Advisor):
             if len(chunks) == 1 and len(chunks[0].generations) > 1:
                 whole = chunks[0]
             self._after(whole, conversation_id)
-
-

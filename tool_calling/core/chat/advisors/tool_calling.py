@@ -96,7 +96,9 @@ class ToolCallingAdvisor(Advisor):
         """Called after every model call; may replace the response."""
         return response
 
-    def finalize_loop(self, response: ChatClientResponse, chain: AdvisorChain) -> ChatClientResponse:
+    def finalize_loop(
+        self, response: ChatClientResponse, chain: AdvisorChain
+    ) -> ChatClientResponse:
         """Called once with the final response; may replace it."""
         return response
 
