@@ -17,8 +17,10 @@ def get_current_time(
     """Return the current date and time in a time zone, as ISO 8601."""
     try:
         zone = ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"Unknown time zone {timezone!r}; use an IANA name like 'Europe/Oslo'.")
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(
+            f"Unknown time zone {timezone!r}; use an IANA name like 'Europe/Oslo'."
+        ) from exc
     return datetime.datetime.now(zone).isoformat(timespec="seconds")
 
 

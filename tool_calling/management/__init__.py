@@ -1,0 +1,1 @@
+"""Management commands live in tool_calling.management.commands."""

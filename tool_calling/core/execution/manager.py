@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from types import EllipsisType
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import Protocol, runtime_checkable
 
 from tool_calling.core._async import run_sync

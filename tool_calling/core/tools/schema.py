@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_ar
 
 import pydantic
 import pydantic_core
-import pydantic_core
 from pydantic.fields import FieldInfo
 from typing_extensions import TypedDict
 

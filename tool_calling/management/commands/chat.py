@@ -17,12 +17,15 @@ from tool_calling.registry import registry
 
 
 class Command(BaseCommand):
+    """Run one turn and print the answer."""
+
     help = (
         "Run one chat turn with the configured model (TOOL_CALLING['CHAT_MODEL'], OPENAI_*) and "
         "the registered tools, and print the answer."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        """Declare the message, --conversation, --tool, --stream and --system."""
         parser.add_argument("message", help="What the user says.")
         parser.add_argument(
             "--conversation", help="Conversation id whose memory the turn continues."
@@ -38,6 +41,7 @@ class Command(BaseCommand):
         parser.add_argument("--system", help="A system message for the turn.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        """Run the turn with the registry's tools and print the answer."""
         from tool_calling.core.providers.openai import OpenAIChatModel
 
         names = options["tools"]
