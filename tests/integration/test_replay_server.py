@@ -1,0 +1,448 @@
+"""The real openai SDK over HTTP against ReplayServer: what users run against a local server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tool_calling.core import _settings
+from tool_calling.core.chat.messages import (
+    AssistantMessage,
+    ToolCall,
+    ToolResponse,
+    ToolResponseMessage,
+    UserMessage,
+)
+from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
+from tool_calling.core.chat.response import ChatResponse, Generation
+from tool_calling.core.providers.openai import OpenAIChatModel
+from tool_calling.core.tools.callback import ToolCallback
+from tool_calling.core.tools.context import ToolContext
+from tool_calling.core.tools.definition import ToolDefinition
+from tool_calling.exceptions import (
+    ChatModelRateLimitError,
+    ChatModelResponseError,
+    ChatModelTimeoutError,
+)
+from tool_calling.testing import ReplayServer, text, tool_call, tool_calls
+from tool_calling.testing.server import CREATED
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def definition(name: str, properties: dict[str, Any], required: list[str]) -> ToolDefinition:
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    return ToolDefinition(name, f"The {name} tool.", schema)
+
+
+WEATHER = definition("get_weather", {"city": {"type": "string"}}, ["city"])
+TIME = definition("get_time", {"timezone": {"type": "string"}}, ["timezone"])
+ADD = definition("add", {"a": {"type": "integer"}, "b": {"type": "integer"}}, ["a", "b"])
+
+
+class StaticCallback(ToolCallback):
+    def __init__(self, definition: ToolDefinition) -> None:
+        self._definition = definition
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return self._definition
+
+    def call(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
+        raise AssertionError("the chat model never runs tools")
+
+
+def with_tools(text: str, *definitions: ToolDefinition) -> Prompt:
+    callbacks = [StaticCallback(d) for d in definitions]
+    return Prompt(text, ToolCallingChatOptions(tool_callbacks=callbacks))
+
+
+def model_for(server: ReplayServer, **kwargs: Any) -> OpenAIChatModel:
+    kwargs.setdefault("max_retries", 0)
+    return OpenAIChatModel("replay-model", base_url=server.base_url + "/v1", **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def isolated_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_settings, "_provider", None)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "OPENAI_ADMIN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+# -- scripted answers ----------------------------------------------------------------------------
+
+
+def test_a_tool_call_then_a_text_answer() -> None:
+    steps = [
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+        {"text": "Sunny in Oslo."},
+    ]
+    with ReplayServer(steps) as server:
+        model = model_for(server)
+        first = model.call(with_tools("Weather in Oslo?", WEATHER))
+        history = [
+            UserMessage("Weather in Oslo?"),
+            first.generations[0].output,
+            ToolResponseMessage([ToolResponse("call_1", "get_weather", "Sunny")]),
+        ]
+        second = model.call(Prompt(history))
+        requests = server.requests
+
+    assert first == ChatResponse(
+        [
+            Generation(
+                AssistantMessage(
+                    None,
+                    [ToolCall("call_1", "get_weather", '{"city":"Oslo"}')],
+                    {"id": "chatcmpl-replay-1", "role": "assistant"},
+                ),
+                finish_reason="tool_calls",
+            )
+        ],
+        metadata={
+            "id": "chatcmpl-replay-1",
+            "model": "replay-model",
+            "created": CREATED,
+            "system_fingerprint": "fp_replay",
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        },
+    )
+    assert second.result is not None and second.result.output.text == "Sunny in Oslo."
+    assert requests[0]["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "The get_weather tool.",
+                "parameters": WEATHER.input_schema,
+            },
+        }
+    ]
+    assert requests[1]["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+    ]
+
+
+def test_streamed_parallel_tool_calls_are_reassembled() -> None:
+    steps = [
+        tool_calls(
+            tool_call("get_weather", city="Oslo, Norway"),
+            tool_call("get_time", timezone="Europe/Oslo"),
+        )
+    ]
+    with ReplayServer(steps) as server:
+        chunks = list(model_for(server).stream(with_tools("Weather and time?", WEATHER, TIME)))
+        request = server.requests[0]
+
+    assert chunks == [
+        ChatResponse(
+            [
+                Generation(
+                    AssistantMessage(
+                        None,
+                        [
+                            ToolCall("call_1", "get_weather", '{"city":"Oslo, Norway"}'),
+                            ToolCall("call_2", "get_time", '{"timezone":"Europe/Oslo"}'),
+                        ],
+                        {"id": "chatcmpl-replay-1", "role": "assistant"},
+                    ),
+                    finish_reason="tool_calls",
+                )
+            ],
+            metadata={
+                "id": "chatcmpl-replay-1",
+                "model": "replay-model",
+                "created": CREATED,
+                "system_fingerprint": "fp_replay",
+                "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8},
+            },
+        )
+    ]
+    assert (request["stream"], request["stream_options"]) == (True, {"include_usage": True})
+
+
+def test_streamed_text_matches_the_non_streamed_text() -> None:
+    answer = "It is sunny in Oslo today, 21 degrees and a light breeze."
+    with ReplayServer([text(answer), text(answer)]) as server:
+        model = model_for(server)
+        chunks = list(model.stream(Prompt("Weather?")))
+        whole = model.call(Prompt("Weather?"))
+
+    texts = [chunk.result.output.text for chunk in chunks if chunk.result]
+    assert texts == ["It is sunny ", "in Oslo today, ", "21 degrees and ", "a light breeze.", None]
+    assert whole.result is not None and "".join(t or "" for t in texts) == whole.result.output.text
+    assert chunks[-1].result is not None and chunks[-1].result.finish_reason == "stop"
+    assert chunks[-1].metadata["usage"] == whole.metadata["usage"]
+
+
+def test_the_sdk_retries_a_500_and_succeeds() -> None:
+    steps = [{"status": 500, "headers": {"retry-after-ms": "10"}}, {"text": "recovered"}]
+    with ReplayServer(steps) as server:
+        response = model_for(server, max_retries=2).call(Prompt("Hi"))
+        assert len(server.requests) == 2
+
+    assert response.result is not None and response.result.output.text == "recovered"
+
+
+def test_the_sdk_retries_a_429_with_retry_after_zero_and_succeeds() -> None:
+    steps = [{"status": 429, "headers": {"retry-after": "0"}}, {"text": "after the limit"}]
+    with ReplayServer(steps) as server:
+        response = model_for(server, max_retries=1).call(Prompt("Hi"))
+        assert server.remaining_steps == 0
+
+    assert response.result is not None and response.result.output.text == "after the limit"
+
+
+def test_a_429_without_retries_left_is_a_rate_limit_error() -> None:
+    with ReplayServer([{"status": 429, "headers": {"retry-after": "1"}}]) as server:
+        with pytest.raises(ChatModelRateLimitError) as caught:
+            model_for(server).call(Prompt("Hi"))
+
+    assert str(caught.value) == (
+        "OpenAI-compatible API returned 429 Too Many Requests for model 'replay-model' "
+        "(request id req_replay_1): Scripted 429 Too Many Requests"
+    )
+    assert (caught.value.retry_after, caught.value.request_id) == (1.0, "req_replay_1")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_malformed_body_is_a_response_error(stream: bool) -> None:
+    with ReplayServer([{"malformed": True}]) as server:
+        model = model_for(server)
+        with pytest.raises(ChatModelResponseError) as caught:
+            if stream:
+                list(model.stream(Prompt("Hi")))
+            else:
+                model.call(Prompt("Hi"))
+
+    assert str(caught.value) == (
+        "OpenAI-compatible API returned a malformed response for model 'replay-model' "
+        "(request id req_replay_1): the body is not valid JSON."
+    )
+
+
+def test_an_exhausted_script_answers_500_with_an_explanation() -> None:
+    with ReplayServer([text("only")]) as server:
+        model = model_for(server, max_retries=2)
+        model.call(Prompt("1"))
+        with pytest.raises(ChatModelResponseError) as caught:
+            model.call(Prompt("2"))
+        assert len(server.requests) == 2  # x-should-retry: false stops the SDK's retries
+
+    assert str(caught.value) == (
+        "OpenAI-compatible API returned 500 Internal Server Error for model 'replay-model' "
+        "(request id req_replay_2): ReplayServer script exhausted: request 2 arrived but the "
+        "script has only 1 step(s)."
+    )
+
+
+def test_a_slow_answer_times_out() -> None:
+    with ReplayServer([{"delay": 2, "text": "too late"}]) as server:
+        model = model_for(server, timeout=0.3)
+        started = time.monotonic()
+        with pytest.raises(ChatModelTimeoutError) as caught:
+            model.call(Prompt("Hi"))
+
+    assert time.monotonic() - started < 1.5
+    assert str(caught.value) == (
+        f"OpenAI-compatible API at {server.base_url}/v1 timed out for model 'replay-model'."
+    )
+
+
+def test_async_calls_go_over_http_too() -> None:
+    with ReplayServer([tool_call("add", a=1, b=2), text("3")]) as server:
+        model = model_for(server)
+
+        async def run() -> tuple[ChatResponse, list[ChatResponse]]:
+            first = await model.acall(with_tools("add 1 and 2", ADD))
+            chunks = [chunk async for chunk in model.astream(Prompt("x"))]
+            return first, chunks
+
+        first, chunks = asyncio.run(run())
+
+    assert first.result is not None
+    assert first.result.output.tool_calls == [ToolCall("call_1", "add", '{"a":1,"b":2}')]
+    assert [c.result.output.text for c in chunks if c.result] == ["3", None]
+
+
+def test_models_and_recorded_requests_endpoints() -> None:
+    with ReplayServer([text("hi")], model="local-llm") as server:
+        model_for(server).call(Prompt("Hi"))
+        raw = {"model": "m", "messages": [{"role": "user", "content": "no key"}]}
+        request = urllib.request.Request(
+            server.base_url + "/v1/chat/completions",
+            data=json.dumps(raw).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as caught:  # the script is exhausted
+            urllib.request.urlopen(request, timeout=10)
+        with caught.value:
+            error_body = json.loads(caught.value.read())
+        models = get_json(server.base_url + "/v1/models")
+        recorded = get_json(server.base_url + "/_requests")
+
+    assert caught.value.code == 500
+    assert error_body == {
+        "error": {
+            "message": "ReplayServer script exhausted: request 2 arrived but the script has "
+            "only 1 step(s).",
+            "type": "replay_script_exhausted",
+            "param": None,
+            "code": None,
+        }
+    }
+    assert models == {
+        "object": "list",
+        "data": [
+            {
+                "id": "local-llm",
+                "object": "model",
+                "created": CREATED,
+                "owned_by": "tool_calling-replay",
+            }
+        ],
+    }
+    assert recorded == {
+        "requests": [
+            {"model": "replay-model", "messages": [{"role": "user", "content": "Hi"}]},
+            raw,
+        ],
+        "authorization": [True, False],
+    }
+
+
+# -- demo mode -----------------------------------------------------------------------------------
+
+
+def test_demo_mode_calls_a_named_tool_with_arguments_from_json_in_the_message() -> None:
+    with ReplayServer(mode="demo") as server:
+        response = model_for(server).call(
+            with_tools('Please use add with {"a": 2, "b": 40}', ADD, WEATHER)
+        )
+
+    assert response.result is not None
+    assert response.result.output.tool_calls == [ToolCall("call_1", "add", '{"a":2,"b":40}')]
+
+
+def test_demo_mode_fills_arguments_from_the_words_of_the_message() -> None:
+    with ReplayServer(mode="demo") as server:
+        model = model_for(server)
+        weather = model.call(with_tools("Get weather in Oslo please", WEATHER, ADD))
+        total = model.call(with_tools("add 2 and 40", ADD, WEATHER))
+
+    assert weather.result is not None and total.result is not None
+    assert weather.result.output.tool_calls == [
+        ToolCall("call_1", "get_weather", '{"city":"Oslo"}')
+    ]
+    assert total.result.output.tool_calls == [ToolCall("call_2", "add", '{"a":2,"b":40}')]
+
+
+def test_demo_mode_summarises_tool_results() -> None:
+    prompt = Prompt(
+        [
+            UserMessage("get_weather and get_time for Oslo"),
+            AssistantMessage(
+                None,
+                [
+                    ToolCall("call_1", "get_weather", '{"city":"Oslo"}'),
+                    ToolCall("call_2", "get_time", '{"timezone":"Europe/Oslo"}'),
+                ],
+            ),
+            ToolResponseMessage(
+                [
+                    ToolResponse("call_1", "get_weather", "Sunny, 21C"),
+                    ToolResponse("call_2", "get_time", "14:05"),
+                ]
+            ),
+        ]
+    )
+    with ReplayServer(mode="demo") as server:
+        response = model_for(server).call(prompt)
+
+    assert response.result is not None
+    assert response.result.output.text == (
+        "Here is what the tools returned: get_weather: Sunny, 21C; get_time: 14:05"
+    )
+    assert response.result.finish_reason == "stop"
+
+
+def test_demo_mode_echoes_when_no_tool_is_named() -> None:
+    with ReplayServer(mode="demo") as server:
+        response = model_for(server).call(with_tools("Hello there", WEATHER))
+
+    assert response.result is not None
+    assert response.result.output.text == (
+        "[scripted demo answer, not a real model] You said: 'Hello there'. Name one of the "
+        "offered tools in your message and this demo server will call it."
+    )
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def test_the_module_runs_as_a_server_process() -> None:
+    command = [sys.executable, "-m", "tool_calling.testing.server", "--port", "0", "--quiet"]
+    with subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            output = []
+            for line in process.stdout:
+                output.append(line)
+                if line.startswith("Listening on "):
+                    break
+            banner = "".join(output)
+            match = re.search(r"Listening on (http://127\.0\.0\.1:\d+/v1)", banner)
+            assert match is not None, banner
+            model = OpenAIChatModel("replay-model", base_url=match.group(1), max_retries=0)
+            response = model.call(
+                with_tools("What is the weather? Use get_weather for Bergen", WEATHER)
+            )
+            recorded = get_json(match.group(1).removesuffix("/v1") + "/_requests")
+        finally:
+            process.terminate()
+
+    assert "THE ANSWERS ARE SCRIPTED. THEY DO NOT COME FROM A REAL MODEL." in banner
+    assert "(demo mode)" in banner
+    assert response.result is not None
+    assert response.result.output.tool_calls == [
+        ToolCall("call_1", "get_weather", '{"city":"Bergen"}')
+    ]
+    assert recorded["authorization"] == [True]
+    assert recorded["requests"][0]["messages"] == [
+        {"role": "user", "content": "What is the weather? Use get_weather for Bergen"}
+    ]
