@@ -97,22 +97,6 @@ def _normalise_arguments(arguments: str | None) -> str:
     return arguments if arguments and not arguments.isspace() else "{}"
 
 
-def _invoke(callback: ToolCallback, tool_call: ToolCall, context: ToolContext) -> _Outcome:
-    try:
-        return _Outcome(text=callback.call(_normalise_arguments(tool_call.arguments), context))
-    except BaseException as exc:  # collected and handled in call order by the manager
-        return _Outcome(error=exc)
-
-
-async def _ainvoke(callback: ToolCallback, tool_call: ToolCall, context: ToolContext) -> _Outcome:
-    try:
-        return _Outcome(
-            text=await callback.acall(_normalise_arguments(tool_call.arguments), context)
-        )
-    except BaseException as exc:
-        return _Outcome(error=exc)
-
-
 def _truncate(text: str, max_chars: int | None) -> str:
     if max_chars is None or len(text) <= max_chars:
         return text
@@ -255,6 +239,7 @@ class DefaultToolCallingManager(ToolCallingManager):
                 callback = self.resolver.resolve(call.name)
             if callback is None:
                 text = self._unknown_tool_text(call.name, callbacks)
+                self.on_unavailable_tool(call, text)
                 if strict:
                     raise ToolResolutionError(text)
                 logger.warning(
@@ -300,6 +285,43 @@ class DefaultToolCallingManager(ToolCallingManager):
             [*prompt.messages, assistant, ToolResponseMessage(final)], return_direct=return_direct
         )
 
+    # -- hooks for subclasses (the Django layer audits and re-checks governance here) -------
+
+    def call_tool(
+        self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
+    ) -> str:
+        """Run one call and return its text; runs on the thread the call is scheduled on.
+
+        Override to wrap every call (audit, authorization); raise to fail the call. Blank
+        arguments arrive as ``"{}"``.
+        """
+        return callback.call(_normalise_arguments(tool_call.arguments), tool_context)
+
+    async def acall_tool(
+        self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
+    ) -> str:
+        """Async twin of :meth:`call_tool` (used for async tools unless call_tool is overridden)."""
+        return await callback.acall(_normalise_arguments(tool_call.arguments), tool_context)
+
+    def on_unavailable_tool(self, tool_call: ToolCall, response_text: str) -> None:
+        """Called when the model names a tool the request does not offer (default: nothing)."""
+
+    def _invoke(
+        self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext
+    ) -> _Outcome:
+        try:
+            return _Outcome(text=self.call_tool(callback, tool_call, context))
+        except BaseException as exc:  # collected and handled in call order by the caller
+            return _Outcome(error=exc)
+
+    async def _ainvoke(
+        self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext
+    ) -> _Outcome:
+        try:
+            return _Outcome(text=await self.acall_tool(callback, tool_call, context))
+        except BaseException as exc:
+            return _Outcome(error=exc)
+
     def _unknown_tool_text(self, name: str, callbacks: dict[str, ToolCallback]) -> str:
         available = ", ".join(callbacks) or "none"
         return (
@@ -319,7 +341,7 @@ class DefaultToolCallingManager(ToolCallingManager):
         if executor is None:
             if len(jobs) == 1:
                 _, call, callback = jobs[0]
-                return [_invoke(callback, call, context)]
+                return [self._invoke(callback, call, context)]
             return self._run_in_process(
                 jobs, context, self.max_concurrent_calls or default_concurrency
             )
@@ -328,7 +350,7 @@ class DefaultToolCallingManager(ToolCallingManager):
             if isinstance(executor, ToolCallExecutor):
                 futures.append(executor.submit_tool_call(callback, call, context))
             else:
-                futures.append(executor.submit(_invoke, callback, call, context))
+                futures.append(executor.submit(self._invoke, callback, call, context))
         outcomes: list[_Outcome] = []
         for future in futures:
             try:
@@ -343,14 +365,17 @@ class DefaultToolCallingManager(ToolCallingManager):
         self, jobs: Sequence[tuple[int, ToolCall, ToolCallback]], context: ToolContext, bound: int
     ) -> list[_Outcome]:
         bound = max(1, bound)
-        if all(isinstance(cb, FunctionToolCallback) and cb.is_async for _, _, cb in jobs):
+        native_async = type(self).call_tool is DefaultToolCallingManager.call_tool
+        if native_async and all(
+            isinstance(cb, FunctionToolCallback) and cb.is_async for _, _, cb in jobs
+        ):
             # Only async tools: run them together on the shared event loop, no threads.
             async def gather() -> list[_Outcome]:
                 semaphore = asyncio.Semaphore(bound)
 
                 async def one(call: ToolCall, callback: ToolCallback) -> _Outcome:
                     async with semaphore:
-                        return await _ainvoke(callback, call, context)
+                        return await self._ainvoke(callback, call, context)
 
                 return list(await asyncio.gather(*(one(call, cb) for _, call, cb in jobs)))
 
@@ -364,7 +389,7 @@ class DefaultToolCallingManager(ToolCallingManager):
         ) as pool:
             # Each call sees the caller's context variables (tracing, request-scoped state).
             futures = [
-                pool.submit(contextvars.copy_context().run, _invoke, callback, call, context)
+                pool.submit(contextvars.copy_context().run, self._invoke, callback, call, context)
                 for _, call, callback in jobs
             ]
             return [future.result() for future in futures]
