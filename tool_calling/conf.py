@@ -111,6 +111,19 @@ DEFAULTS: dict[str, Any] = {
     # spring.ai.chat.client.tool-calling.enabled: ChatClient adds a ToolCallingAdvisor to a
     # request that has none.
     "TOOL_CALLING_ADVISOR_AUTO_REGISTER": True,
+    # --- Governance and audit ---------------------------------------------------------------
+    # Messages of a stored conversation sent to the model at most (the newest ones; a tool
+    # call is never separated from its responses).
+    "MEMORY_MAX_MESSAGES": 100,
+    # Whether tools that appear in code (sync_tools / migrate) start enabled in the database.
+    "NEW_TOOLS_ENABLED": True,
+    # Longest arguments / result text kept in a ToolExecution audit row; longer ones are cut
+    # with a note. None = keep everything.
+    "AUDIT_MAX_CHARS": 10000,
+    # Dotted path of a callable (text: str, *, tool_name: str, field: str) -> str applied to
+    # tool arguments and results before they are stored in the audit (mask secrets there).
+    # None = store them as they are (after AUDIT_MAX_CHARS).
+    "AUDIT_REDACTOR": None,
     # --- Observability ----------------------------------------------------------------------
     # spring.ai.model.tool.observations.include-content: put tool arguments and results into
     # logs and traces. Off by default, since they may carry personal data or secrets.

@@ -1,1 +1,331 @@
-"""Models of tool_calling: tool governance, conversations and the execution audit."""
+"""Governance and history models: tools, limit overrides, conversations, messages, audit."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class ExecutionMode(models.TextChoices):
+    """Where a tool's calls run."""
+
+    DEFAULT = "", _("Default (from settings)")
+    INLINE = "inline", _("In the web/worker process")
+    CELERY = "celery", _("On a Celery worker")
+
+
+class Tool(models.Model):
+    """A tool known from code, with the governance operators set on it."""
+
+    name = models.CharField(
+        _("name"),
+        max_length=64,
+        unique=True,
+        help_text=_("The tool's name as the model sees it; set in code."),
+    )
+    description = models.TextField(
+        _("description"), blank=True, help_text=_("What the model is told the tool does.")
+    )
+    input_schema = models.JSONField(
+        _("input schema"), default=dict, help_text=_("JSON Schema of the tool's arguments.")
+    )
+    schema_hash = models.CharField(
+        _("schema hash"),
+        max_length=64,
+        blank=True,
+        help_text=_("SHA-256 of the description and schema; changes when the code changes."),
+    )
+    source = models.CharField(
+        _("source"),
+        max_length=200,
+        blank=True,
+        help_text=_("The app (or other source) that defines the tool."),
+    )
+    enabled = models.BooleanField(
+        _("enabled"),
+        default=True,
+        help_text=_("Disabled tools are never sent to the model and never run."),
+    )
+    missing = models.BooleanField(
+        _("missing from code"),
+        default=False,
+        help_text=_("The tool no longer exists in code; it is kept for history and never runs."),
+    )
+    return_direct = models.BooleanField(
+        _("return direct"),
+        default=False,
+        help_text=_("Return the tool's result to the user instead of sending it to the model."),
+    )
+    requires_approval = models.BooleanField(
+        _("requires approval"),
+        default=False,
+        help_text=_("A person must approve each call before it runs."),
+    )
+    execution_mode = models.CharField(
+        _("execution mode"),
+        max_length=16,
+        choices=ExecutionMode.choices,
+        default=ExecutionMode.DEFAULT,
+        blank=True,
+        help_text=_("Where calls run; blank uses TOOL_CALLING['EXECUTION']['MODE']."),
+    )
+    queue = models.CharField(
+        _("queue"),
+        max_length=100,
+        blank=True,
+        help_text=_("Celery queue for this tool's calls; blank uses the default queue."),
+    )
+    timeout = models.PositiveIntegerField(
+        _("timeout (seconds)"),
+        null=True,
+        blank=True,
+        help_text=_("Time limit of one call; blank uses TOOL_CALLING['EXECUTION']['TIMEOUT']."),
+    )
+    allowed_groups = models.ManyToManyField(
+        "auth.Group",
+        verbose_name=_("allowed groups"),
+        blank=True,
+        related_name="+",
+        help_text=_("Only members of these groups may use the tool; none selected = everyone."),
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+    synced_at = models.DateTimeField(
+        _("last synced"),
+        null=True,
+        blank=True,
+        help_text=_("When sync_tools (or migrate) last saw the tool in code."),
+    )
+
+    class Meta:
+        verbose_name = _("tool")
+        verbose_name_plural = _("tools")
+        ordering = ["name"]
+        indexes = [models.Index(fields=["enabled", "missing"], name="tc_tool_enabled_missing")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_available(self) -> bool:
+        """True when the tool may be offered and run: enabled and present in code."""
+        return self.enabled and not self.missing
+
+
+class ToolLimitOverride(models.Model):
+    """An operator's per-turn call limit for one tool, or its exclusion from limits."""
+
+    tool = models.OneToOneField(
+        Tool,
+        on_delete=models.CASCADE,
+        related_name="limit_override",
+        verbose_name=_("tool"),
+    )
+    max_calls_per_turn = models.PositiveIntegerField(
+        _("max calls per turn"),
+        null=True,
+        blank=True,
+        help_text=_("Calls allowed per turn; blank keeps TOOL_CALLING['LIMITS']."),
+    )
+    excluded = models.BooleanField(
+        _("excluded from limits"),
+        default=False,
+        help_text=_("No per-tool limit; the calls still count toward the total per turn."),
+    )
+
+    class Meta:
+        verbose_name = _("tool limit override")
+        verbose_name_plural = _("tool limit overrides")
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(max_calls_per_turn__isnull=True)
+                | models.Q(max_calls_per_turn__gte=1),
+                name="tc_limit_positive",
+            )
+        ]
+
+    def __str__(self) -> str:
+        if self.excluded:
+            return f"{self.tool}: excluded"
+        return f"{self.tool}: {self.max_calls_per_turn or 'default'}"
+
+
+class Conversation(models.Model):
+    """A conversation with the model: its messages are stored in order."""
+
+    id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="tool_calling_conversations",
+        verbose_name=_("owner"),
+        help_text=_("The user the conversation belongs to; empty for CLI and script runs."),
+    )
+    title = models.CharField(_("title"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("conversation")
+        verbose_name_plural = _("conversations")
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"], name="tc_conv_owner_updated")]
+
+    def __str__(self) -> str:
+        return self.title or str(self.id)
+
+
+class MessageRole(models.TextChoices):
+    """Who a message is from."""
+
+    SYSTEM = "system", _("System")
+    USER = "user", _("User")
+    ASSISTANT = "assistant", _("Assistant")
+    TOOL = "tool", _("Tool responses")
+
+
+class Message(models.Model):
+    """One message of a conversation; tool calls and tool responses included."""
+
+    conversation = models.ForeignKey(
+        Conversation,
+        on_delete=models.CASCADE,
+        related_name="messages",
+        verbose_name=_("conversation"),
+    )
+    sequence = models.PositiveIntegerField(
+        _("sequence"), help_text=_("Position in the conversation, from 1.")
+    )
+    role = models.CharField(_("role"), max_length=16, choices=MessageRole.choices)
+    text = models.TextField(_("text"), null=True, blank=True)
+    tool_calls = models.JSONField(
+        _("tool calls"),
+        default=list,
+        blank=True,
+        help_text=_("Assistant messages: [{id, name, arguments}] in call order."),
+    )
+    tool_responses = models.JSONField(
+        _("tool responses"),
+        default=list,
+        blank=True,
+        help_text=_("Tool messages: [{id, name, response_data, is_error}] in call order."),
+    )
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    usage = models.JSONField(_("token usage"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("message")
+        verbose_name_plural = _("messages")
+        ordering = ["conversation", "sequence"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "sequence"], name="tc_message_conversation_sequence"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} #{self.sequence} {self.role}"
+
+
+class ExecutionStatus(models.TextChoices):
+    """The state of one tool call."""
+
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    REFUSED = "refused", _("Refused")
+    TIMED_OUT = "timed_out", _("Timed out")
+
+
+class ToolExecution(models.Model):
+    """The audit of one tool call: who, what, with which arguments, and what came back."""
+
+    conversation = models.ForeignKey(
+        Conversation,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="tool_executions",
+        verbose_name=_("conversation"),
+    )
+    assistant_message = models.ForeignKey(
+        Message,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="tool_executions",
+        verbose_name=_("assistant message"),
+        help_text=_("The message in which the model asked for this call."),
+    )
+    tool_call_id = models.CharField(_("tool call id"), max_length=200, blank=True)
+    tool = models.ForeignKey(
+        Tool,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="executions",
+        verbose_name=_("tool"),
+    )
+    tool_name = models.CharField(
+        _("tool name"), max_length=200, help_text=_("As the model sent it, even if unknown.")
+    )
+    arguments = models.TextField(_("arguments"), blank=True)
+    result = models.TextField(_("result"), blank=True)
+    is_error = models.BooleanField(
+        _("error response"), default=False, help_text=_("The model was told the call failed.")
+    )
+    status = models.CharField(
+        _("status"),
+        max_length=16,
+        choices=ExecutionStatus.choices,
+        default=ExecutionStatus.PENDING,
+    )
+    error = models.TextField(
+        _("error"), blank=True, help_text=_("The exception and traceback, for operators only.")
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("user"),
+    )
+    task_id = models.CharField(_("task id"), max_length=255, blank=True)
+    worker = models.CharField(_("worker"), max_length=255, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(_("duration (ms)"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("tool execution")
+        verbose_name_plural = _("tool executions")
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["tool_name", "-created_at"], name="tc_exec_tool_created"),
+            models.Index(fields=["status", "-created_at"], name="tc_exec_status_created"),
+            models.Index(fields=["conversation", "tool_call_id"], name="tc_exec_conv_call"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.status})"
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain summary (for logs and signals), without arguments or result content."""
+        return {
+            "id": self.pk,
+            "tool": self.tool_name,
+            "status": self.status,
+            "conversation": str(self.conversation_id) if self.conversation_id else None,
+            "tool_call_id": self.tool_call_id,
+            "duration_ms": self.duration_ms,
+        }

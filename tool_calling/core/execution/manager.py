@@ -125,11 +125,12 @@ class DefaultToolCallingManager(ToolCallingManager):
         exception_processor: Turns tool exceptions into text; default from settings.
         limits: Per-turn call limits; default from settings (40 per tool, 150 in total).
         resolution_fallback_enabled: Look names the request did not offer up in the resolver.
-        executor: Where calls run; default a shared in-process pool. Any
-            ``concurrent.futures.Executor`` is accepted.
+        executor: Where calls run; default an in-process thread pool per batch (async tools
+            on a shared event loop). Any ``concurrent.futures.Executor`` is accepted.
         strict_tool_calls: Raise on bad arguments or unknown tools; default from settings.
         max_result_chars: Cut longer results (with a note); default from settings.
-        max_concurrent_calls: Concurrency bound of the default pool; default from settings.
+        max_concurrent_calls: How many calls of one batch run at once in-process; default from
+            settings.
     """
 
     def __init__(

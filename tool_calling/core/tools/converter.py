@@ -34,7 +34,8 @@ class ToolCallResultConverter:
             return pydantic_core.to_json(result, inf_nan_mode="strings").decode()
         except pydantic_core.PydanticSerializationError as exc:
             raise TypeError(
-                f"the tool returned a {type(result).__name__} that cannot be converted to JSON "
+                f"the tool returned a value of type {type(result).__name__} that cannot be "
+                "converted to JSON "
                 f"({exc}); return a str, a JSON-compatible value, a dataclass or a pydantic model"
             ) from exc
 

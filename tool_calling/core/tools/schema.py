@@ -8,6 +8,7 @@ import concurrent.futures
 import copy
 import inspect
 import json
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -83,9 +84,13 @@ def _unsupported(tp: Any, seen: set[int] | None = None) -> str | None:
     return None
 
 
+_MODULE_PATH_RE = re.compile(r"\b(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*)")
+
+
 def _type_name(tp: Any) -> str:
+    """Return ``tp`` as written in code, without module paths: ``Future[int]``."""
     text = getattr(tp, "__name__", None) if get_origin(tp) is None else None
-    return text or repr(tp).replace("typing.", "").replace("collections.abc.", "")
+    return text or _MODULE_PATH_RE.sub("", repr(tp))
 
 
 def _is_optional(tp: Any) -> bool:
@@ -164,6 +169,12 @@ def _canonical_root(schema: JsonSchema) -> JsonSchema:
 def clean_schema(raw: JsonSchema) -> JsonSchema:
     """Turn a pydantic JSON Schema into the shape tools use (no titles, closed objects)."""
     schema = _strip_titles(raw)
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and set(schema) <= {"$ref", "$defs"}:
+        # A recursive model is written as {"$ref": ..., "$defs": ...}; tools need an object root.
+        target = _resolve_ref(schema, ref)
+        if target is not None and target.get("type") == "object":
+            schema = {**target, "$defs": schema["$defs"]}
     _close_objects(schema)
     if schema.get("type") == "object" or "properties" in schema:
         schema = _canonical_root(schema)
@@ -231,13 +242,15 @@ def _strictify(
             },
         }
     ref = node.get("$ref")
-    if isinstance(ref, str) and len(node) > 1 and ref not in inlining:
+    if isinstance(ref, str) and len(node) > 1:
         # Strict mode rejects $ref with siblings (a description, say): inline the target, the
-        # node's own keys winning, exactly as openai.pydantic_function_tool does.
+        # node's own keys winning, exactly as openai.pydantic_function_tool does. A recursive
+        # model would inline forever; there the reference stays, without its siblings.
         resolved = _resolve_ref(root, ref)
-        if resolved is not None:
-            merged = {**resolved, **{k: v for k, v in node.items() if k != "$ref"}}
-            return _strictify(merged, root, is_root=is_root, inlining=inlining | {ref})
+        if ref in inlining or resolved is None:
+            return {"$ref": ref}
+        merged = {**resolved, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _strictify(merged, root, is_root=is_root, inlining=inlining | {ref})
     node = {
         key: (
             {name: _strictify(prop, root, inlining=inlining) for name, prop in value.items()}
@@ -628,8 +641,8 @@ def build_input_type_schema(input_type: Any, *, tool_name: str) -> ArgumentsSche
         adapter,
         single_argument=True,
         none_means_default=none_means_default,
-        # A type with its own pydantic config keeps its own strictness.
-        strict=None if _has_own_config(input_type) else True,
+        # Strict like keyword tools: "2" is not an integer, even for a model configured lax.
+        strict=True,
     )
 
 

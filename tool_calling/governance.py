@@ -1,0 +1,273 @@
+"""The governed entry point: a ChatClient with the database's tools, limits, audit and memory.
+
+Every Django entry point (``manage.py chat``, ``manage.py tools call``, background runs, the
+API) builds its client here, so governance is enforced on every path.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.db import close_old_connections
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from tool_calling import models
+from tool_calling.conf import settings as app_settings
+from tool_calling.core._settings import core_settings
+from tool_calling.core.chat.advisors.memory import MessageChatMemoryAdvisor
+from tool_calling.core.chat.advisors.tool_calling import ToolCallingAdvisor
+from tool_calling.core.chat.client import ChatClient, ChatClientBuilder
+from tool_calling.core.chat.memory import MessageWindowChatMemory
+from tool_calling.core.chat.messages import ToolCall
+from tool_calling.core.chat.model import ChatModel
+from tool_calling.core.chat.prompt import Prompt
+from tool_calling.core.chat.response import ChatResponse
+from tool_calling.core.execution.manager import DefaultToolCallingManager
+from tool_calling.core.execution.result import ToolExecutionResult
+from tool_calling.core.tools.callback import ToolCallback
+from tool_calling.core.tools.context import ToolContext
+from tool_calling.exceptions import ToolArgumentsError, ToolCallingError, ToolExecutionException
+from tool_calling.registry import ToolRegistry
+from tool_calling.repositories import DjangoChatMemoryRepository
+from tool_calling.resolvers import GovernedTools
+
+__all__ = [
+    "GovernedToolCallingManager",
+    "ToolNotAvailableError",
+    "audit_text",
+    "governed_chat_client",
+]
+
+logger = logging.getLogger("tool_calling.governance")
+
+_assistant_message_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "tool_calling_assistant_message_id", default=None
+)
+
+
+class ToolNotAvailableError(ToolCallingError):
+    """A tool was disabled, removed or forbidden between the model's request and the call."""
+
+
+def _redactor() -> Callable[..., str] | None:
+    path = app_settings.AUDIT_REDACTOR
+    if not path:
+        return None
+    return import_string(path) if isinstance(path, str) else path  # type: ignore[no-any-return]
+
+
+def audit_text(text: str | None, *, tool_name: str, field: str) -> str:
+    """Return ``text`` as stored in the audit: redacted by the hook, then cut to the setting."""
+    if not text:
+        return ""
+    redactor = _redactor()
+    if redactor is not None:
+        text = redactor(text, tool_name=tool_name, field=field)
+    limit = app_settings.AUDIT_MAX_CHARS
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"\n[Truncated: {len(text)} characters; first {limit} kept.]"
+    return text
+
+
+class GovernedToolCallingManager(DefaultToolCallingManager):
+    """Executes tool calls under governance and writes a ``ToolExecution`` row for each.
+
+    Before a tool runs its ``Tool`` row is read again (enabled, present), so an operator who
+    disables a tool after the model asked for it stops the call. Calls of tools the request does
+    not offer are refused and audited.
+    """
+
+    def __init__(
+        self,
+        *,
+        governed: GovernedTools,
+        conversation_id: str | uuid.UUID | None = None,
+        user: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("limits", governed.limits(core_settings().limits))
+        super().__init__(**kwargs)
+        self.governed = governed
+        self.conversation_id = conversation_id
+        self.user = user if getattr(user, "is_authenticated", False) else None
+
+    def _audit(self, call: ToolCall, **fields: Any) -> models.ToolExecution:
+        row = self.governed.rows.get(call.name)
+        return models.ToolExecution.objects.create(
+            conversation_id=self.conversation_id,
+            assistant_message_id=_assistant_message_id.get(),
+            tool_call_id=call.id[:200],
+            tool=row,
+            tool_name=call.name[:200],
+            arguments=audit_text(call.arguments, tool_name=call.name, field="arguments"),
+            user=self.user,
+            **fields,
+        )
+
+    def execute_tool_calls(
+        self, prompt: Prompt, chat_response: ChatResponse
+    ) -> ToolExecutionResult:
+        """Run the calls with the audit pointing at the stored assistant message."""
+        message_id = None
+        if self.conversation_id is not None:
+            message_id = (
+                models.Message.objects.filter(
+                    conversation_id=self.conversation_id, role=models.MessageRole.ASSISTANT
+                )
+                .order_by("-sequence")
+                .values_list("pk", flat=True)
+                .first()
+            )
+        token = _assistant_message_id.set(message_id)
+        try:
+            return super().execute_tool_calls(prompt, chat_response)
+        finally:
+            _assistant_message_id.reset(token)
+
+    def on_unavailable_tool(self, tool_call: ToolCall, response_text: str) -> None:
+        """Audit a call of a tool the request did not offer as refused."""
+        now = timezone.now()
+        self._audit(
+            tool_call,
+            status=models.ExecutionStatus.REFUSED,
+            result=audit_text(response_text, tool_name=tool_call.name, field="result"),
+            is_error=True,
+            started_at=now,
+            finished_at=now,
+            duration_ms=0,
+        )
+
+    def call_tool(
+        self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
+    ) -> str:
+        """Re-check governance, run the tool and record the outcome in the audit."""
+        in_pool = threading.current_thread().name.startswith("tool-calling")
+        try:
+            return self._governed_call(callback, tool_call, tool_context)
+        finally:
+            if in_pool:
+                # Pool threads end with the batch; give their connections back.
+                close_old_connections()
+                from django.db import connections
+
+                connections.close_all()
+
+    def _governed_call(
+        self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
+    ) -> str:
+        name = tool_call.name
+        if not models.Tool.objects.filter(name=name, enabled=True, missing=False).exists():
+            text = (
+                f"Tool {name!r} is not available: an operator disabled or removed it. "
+                "Do not call it again in this conversation."
+            )
+            now = timezone.now()
+            self._audit(
+                tool_call,
+                status=models.ExecutionStatus.REFUSED,
+                result=text,
+                is_error=True,
+                started_at=now,
+                finished_at=now,
+                duration_ms=0,
+            )
+            raise ToolNotAvailableError(text)
+        started = time.monotonic()
+        row = self._audit(
+            tool_call, status=models.ExecutionStatus.RUNNING, started_at=timezone.now()
+        )
+        status = models.ExecutionStatus.FAILED
+        result = ""
+        error = ""
+        is_error = True
+        try:
+            result = super().call_tool(callback, tool_call, tool_context)
+            status, is_error = models.ExecutionStatus.SUCCEEDED, False
+            return result
+        except ToolArgumentsError as exc:
+            result = str(exc)
+            raise
+        except ToolExecutionException as exc:
+            cause = exc.cause
+            result = str(cause)
+            error = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+            raise
+        except BaseException as exc:
+            result = str(exc)
+            error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            raise
+        finally:
+            duration = int((time.monotonic() - started) * 1000)
+            models.ToolExecution.objects.filter(pk=row.pk).update(
+                status=status,
+                result=audit_text(result, tool_name=name, field="result"),
+                error=audit_text(error, tool_name=name, field="error"),
+                is_error=is_error,
+                finished_at=timezone.now(),
+                duration_ms=duration,
+            )
+
+
+def default_chat_model() -> ChatModel:
+    """The chat model the Django entry points use: ``OpenAIChatModel`` from settings."""
+    from tool_calling.core.providers.openai import OpenAIChatModel
+
+    return OpenAIChatModel()
+
+
+def governed_chat_client(
+    *,
+    user: Any = None,
+    conversation: models.Conversation | None = None,
+    model: ChatModel | None = None,
+    tool_names: list[str] | None = None,
+    system: str | None = None,
+    tool_registry: ToolRegistry | None = None,
+) -> ChatClient:
+    """Return a ChatClient governed by the database for ``user`` in ``conversation``.
+
+    Only the tools the user may use now are offered (``tool_names`` narrows them); limits merge
+    the operators' overrides into ``LIMITS``; every call is audited; with a conversation, every
+    step of the turn (user message, each assistant tool-call message, each batch of tool
+    responses, the answer) is stored as it happens.
+    """
+    governed = GovernedTools(user, tool_registry)
+    conversation_id = conversation.pk if conversation is not None else None
+    manager = GovernedToolCallingManager(
+        governed=governed,
+        conversation_id=conversation_id,
+        user=user,
+        resolution_fallback_enabled=False,
+    )
+    context: dict[str, Any] = {}
+    if getattr(user, "is_authenticated", False):
+        context["user_id"] = user.pk
+    if conversation_id is not None:
+        context["conversation_id"] = str(conversation_id)
+    builder: ChatClientBuilder = (
+        ChatClient.builder(model or default_chat_model())
+        .default_tools(governed.callbacks(tool_names))
+        .default_tool_context(context)
+        .tool_calling_manager(manager)
+    )
+    if system:
+        builder.default_system(system)
+    if conversation is not None:
+        memory = MessageWindowChatMemory(
+            DjangoChatMemoryRepository(), max_messages=app_settings.MEMORY_MAX_MESSAGES
+        )
+        # Inside the tool loop: every step is stored as it happens, not only the final answer.
+        builder.default_advisors(
+            MessageChatMemoryAdvisor(
+                memory, order=ToolCallingAdvisor.order + 1, conversation_id=str(conversation_id)
+            )
+        )
+    return builder.build()

@@ -1,0 +1,145 @@
+"""DjangoChatMemoryRepository: chat memory stored in the Conversation and Message tables."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+
+from tool_calling import models
+from tool_calling.core.chat.memory import ChatMemoryRepository
+from tool_calling.core.chat.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolResponse,
+    ToolResponseMessage,
+    UserMessage,
+)
+
+__all__ = ["DjangoChatMemoryRepository", "message_from_row", "message_to_fields"]
+
+
+def message_to_fields(message: Message) -> dict[str, Any]:
+    """Return the ``Message`` model fields that store ``message``."""
+    if isinstance(message, AssistantMessage):
+        metadata = dict(message.metadata)
+        usage = metadata.get("usage") if isinstance(metadata.get("usage"), dict) else {}
+        return {
+            "role": models.MessageRole.ASSISTANT,
+            "text": message.text,
+            "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
+            ],
+            "metadata": metadata,
+            "usage": usage,
+        }
+    if isinstance(message, ToolResponseMessage):
+        return {
+            "role": models.MessageRole.TOOL,
+            "text": None,
+            "tool_responses": [
+                {
+                    "id": r.id,
+                    "name": r.name,
+                    "response_data": r.response_data,
+                    "is_error": r.is_error,
+                }
+                for r in message.responses
+            ],
+            "metadata": dict(message.metadata),
+        }
+    if isinstance(message, SystemMessage):
+        return {"role": models.MessageRole.SYSTEM, "text": message.text}
+    if isinstance(message, UserMessage):
+        return {"role": models.MessageRole.USER, "text": message.text}
+    raise TypeError(f"Cannot store a {type(message).__name__}")
+
+
+def message_from_row(row: models.Message) -> Message:
+    """Return the chat message a ``Message`` row stores (identical to what was saved)."""
+    role = row.role
+    if role == models.MessageRole.ASSISTANT:
+        return AssistantMessage(
+            row.text,
+            [ToolCall(c["id"], c["name"], c["arguments"]) for c in row.tool_calls],
+            dict(row.metadata),
+        )
+    if role == models.MessageRole.TOOL:
+        return ToolResponseMessage(
+            [
+                ToolResponse(r["id"], r["name"], r["response_data"], bool(r.get("is_error")))
+                for r in row.tool_responses
+            ],
+            dict(row.metadata),
+        )
+    if role == models.MessageRole.SYSTEM:
+        return SystemMessage(row.text or "")
+    return UserMessage(row.text or "")
+
+
+def _conversation_pk(conversation_id: str | uuid.UUID) -> uuid.UUID:
+    if isinstance(conversation_id, uuid.UUID):
+        return conversation_id
+    try:
+        return uuid.UUID(str(conversation_id))
+    except ValueError:
+        raise ValueError(
+            f"Conversation id {conversation_id!r} is not a UUID; conversations stored in the "
+            "database are identified by their UUID (Conversation.id)."
+        ) from None
+
+
+class DjangoChatMemoryRepository(ChatMemoryRepository):
+    """Stores every message (tool calls and responses included) in order, one row each.
+
+    Appending locks the conversation row, so two turns on one conversation never interleave
+    their sequence numbers. Conversations named by an unknown UUID are created on first write
+    (without an owner).
+    """
+
+    def find_conversation_ids(self) -> list[str]:
+        """Return every conversation id (as text)."""
+        return [str(pk) for pk in models.Conversation.objects.values_list("pk", flat=True)]
+
+    def find_by_conversation_id(
+        self, conversation_id: str, limit: int | None = None
+    ) -> list[Message]:
+        """Return the conversation's messages, oldest first (only the last ``limit`` if given)."""
+        rows = models.Message.objects.filter(conversation_id=_conversation_pk(conversation_id))
+        if limit:
+            latest = list(rows.order_by("-sequence")[:limit])
+            latest.reverse()
+            return [message_from_row(row) for row in latest]
+        return [message_from_row(row) for row in rows.order_by("sequence")]
+
+    def add(self, conversation_id: str, messages: Sequence[Message]) -> None:
+        """Append ``messages`` after the conversation's last message."""
+        if not messages:
+            return
+        pk = _conversation_pk(conversation_id)
+        with transaction.atomic():
+            conversation, _ = models.Conversation.objects.select_for_update().get_or_create(pk=pk)
+            last = conversation.messages.aggregate(last=Max("sequence"))["last"] or 0
+            models.Message.objects.bulk_create(
+                models.Message(conversation=conversation, sequence=last + offset, **fields)
+                for offset, fields in enumerate((message_to_fields(m) for m in messages), start=1)
+            )
+            # Touch updated_at so lists of conversations sort by activity.
+            conversation.save(update_fields=["updated_at"])
+
+    def save_all(self, conversation_id: str, messages: Sequence[Message]) -> None:
+        """Replace the conversation's messages with ``messages``."""
+        pk = _conversation_pk(conversation_id)
+        with transaction.atomic():
+            models.Conversation.objects.select_for_update().get_or_create(pk=pk)
+            models.Message.objects.filter(conversation_id=pk).delete()
+            self.add(conversation_id, messages)
+
+    def delete_by_conversation_id(self, conversation_id: str) -> None:
+        """Delete the conversation's messages (the conversation row stays)."""
+        models.Message.objects.filter(conversation_id=_conversation_pk(conversation_id)).delete()

@@ -1,0 +1,113 @@
+"""Governance over the registry: which tools a user may use, and their effective limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tool_calling import models
+from tool_calling.core.execution.limits import ToolCallLimits
+from tool_calling.core.execution.resolvers import ToolCallbackResolver
+from tool_calling.core.tools.callback import ToolCallback
+from tool_calling.registry import ToolRegistry, registry
+
+__all__ = ["DatabaseToolCallbackResolver", "GovernedTools", "effective_limits"]
+
+
+def _group_ids(user: Any) -> set[int] | None:
+    """The user's group ids; ``None`` means every group (superusers)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return set()
+    if getattr(user, "is_superuser", False):
+        return None
+    return set(user.groups.values_list("pk", flat=True))
+
+
+class GovernedTools:
+    """A snapshot, taken once per turn, of the tools a user may use and their limits.
+
+    A tool is available when it is registered in code, has a ``Tool`` row that is enabled and
+    not missing, and either has no allowed groups or shares one with the user.
+    """
+
+    def __init__(self, user: Any = None, tool_registry: ToolRegistry | None = None) -> None:
+        self.user = user
+        self.registry = registry if tool_registry is None else tool_registry
+        group_ids = _group_ids(user)
+        rows = (
+            models.Tool.objects.filter(name__in=list(self.registry))
+            .select_related("limit_override")
+            .prefetch_related("allowed_groups")
+        )
+        self.rows: dict[str, models.Tool] = {row.name: row for row in rows}
+        self.available: dict[str, ToolCallback] = {}
+        for name in self.registry:
+            row = self.rows.get(name)
+            if row is None or not row.is_available:
+                continue
+            allowed = {group.pk for group in row.allowed_groups.all()}
+            if allowed and group_ids is not None and not (allowed & group_ids):
+                continue
+            callback = self.registry.get(name)
+            if callback is not None:
+                self.available[name] = callback
+
+    def callbacks(self, names: list[str] | None = None) -> list[ToolCallback]:
+        """The available callbacks (only ``names``, if given), in registry order."""
+        if names is None:
+            return list(self.available.values())
+        return [self.available[n] for n in names if n in self.available]
+
+    def limits(self, base: ToolCallLimits) -> ToolCallLimits:
+        """``base`` (from settings) with the operators' per-tool overrides and exclusions."""
+        return effective_limits(base, self.rows.values())
+
+
+def effective_limits(base: ToolCallLimits, rows: Any = None) -> ToolCallLimits:
+    """Merge ``ToolLimitOverride`` rows into ``base``; exclusions add to ``excluded_tools``."""
+    if rows is None:
+        overrides = models.ToolLimitOverride.objects.select_related("tool")
+        pairs = [(o.tool.name, o) for o in overrides]
+    else:
+        pairs = []
+        for row in rows:
+            try:
+                pairs.append((row.name, row.limit_override))
+            except models.ToolLimitOverride.DoesNotExist:
+                continue
+    per_tool = dict(base.per_tool)
+    excluded = list(base.excluded_tools)
+    for name, override in pairs:
+        if override.excluded:
+            if name not in excluded:
+                excluded.append(name)
+        elif override.max_calls_per_turn is not None:
+            per_tool[name] = override.max_calls_per_turn
+    return ToolCallLimits(
+        max_calls_per_tool=base.max_calls_per_tool,
+        per_tool=per_tool,
+        excluded_tools=excluded,
+        max_total_tool_calls=base.max_total_tool_calls,
+        on_limit_exceeded=base.on_limit_exceeded,
+    )
+
+
+class DatabaseToolCallbackResolver(ToolCallbackResolver):
+    """Resolves names to registered tools that are enabled, present and allowed for ``user``."""
+
+    def __init__(self, user: Any = None, tool_registry: ToolRegistry | None = None) -> None:
+        self.user = user
+        self.registry = registry if tool_registry is None else tool_registry
+
+    def resolve(self, tool_name: str) -> ToolCallback | None:
+        """Return the callback if ``user`` may use the tool now, else ``None``."""
+        if tool_name not in self.registry:
+            return None
+        return GovernedTools(self.user, _single(self.registry, tool_name)).available.get(tool_name)
+
+
+def _single(source: ToolRegistry, name: str) -> ToolRegistry:
+    one = ToolRegistry()
+    entry = source.entry(name)
+    if entry is not None:
+        one._registry[name] = entry
+    return one
