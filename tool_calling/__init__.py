@@ -3,7 +3,12 @@
 The names below are the public contract (DESIGN.md §3). They are all pure Python: importing
 ``tool_calling`` never imports Django, so it works without configured settings. Django-backed
 classes (models, the database resolver, the memory repository) live in their own modules.
+``OpenAIChatModel`` is loaded on first use, since the ``openai`` SDK takes about a second to
+import.
 """
+
+import importlib as _importlib
+from typing import Any as _Any
 
 from tool_calling.core.chat.advisors.base import HIGHEST_PRECEDENCE, LOWEST_PRECEDENCE, Advisor
 from tool_calling.core.chat.advisors.memory import MessageChatMemoryAdvisor
@@ -61,6 +66,22 @@ from tool_calling.exceptions import (
 
 __version__ = "0.1.0"
 
+_LAZY = {"OpenAIChatModel": "tool_calling.core.providers.openai"}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tool_calling' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = [
     "HIGHEST_PRECEDENCE",
     "LOWEST_PRECEDENCE",
@@ -81,6 +102,7 @@ __all__ = [
     "Message",
     "MessageChatMemoryAdvisor",
     "MessageWindowChatMemory",
+    "OpenAIChatModel",
     "Prompt",
     "StaticToolCallbackResolver",
     "SystemMessage",
