@@ -284,7 +284,9 @@ def to_strict_json_schema(schema: JsonSchema) -> JsonSchema:
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "(root)"
+    # Keys come from the model: a huge one must not make the error text huge too.
+    parts = (str(part) if len(str(part)) <= 80 else str(part)[:80] + "..." for part in loc)
+    return ".".join(parts) or "(root)"
 
 
 # Error types pydantic reports when the arguments as a whole are not an object.
