@@ -10,6 +10,13 @@ from tool_calling.core.chat.response import ChatResponse, Generation
 
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
+FINAL_RESPONSE = "tool_calling.final_response"
+"""Context key of the last chunk a ``ToolCallingAdvisor`` streams: the whole final response.
+
+It is what the blocking call would have returned (the answer, or the return-direct or limit
+result), so advisors above the loop can store or inspect it without re-aggregating chunks.
+"""
+
 
 def add_usage(total: Mapping[str, Any] | None, more: Mapping[str, Any] | None) -> dict[str, Any]:
     """Return the sum of two usage mappings (missing counts are zero)."""

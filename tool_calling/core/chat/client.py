@@ -45,10 +45,18 @@ def _flatten(items: tuple[Any, ...]) -> list[Any]:
 
 
 def _identity(callback: ToolCallback) -> object:
-    # The same function offered twice (defaults and request) is one tool, not a duplicate.
+    # The same function offered twice (defaults and request) is one tool, not a duplicate; the
+    # same function wrapped under another name or description is another tool. The instance of
+    # a bound method counts by identity: it may be unhashable (a dataclass) or compare equal to
+    # another instance whose tool must still run on its own data.
     if isinstance(callback, FunctionToolCallback):
         function = callback.function
-        return ("fn", getattr(function, "__self__", None), getattr(function, "__func__", function))
+        return (
+            id(getattr(function, "__self__", None)),
+            getattr(function, "__func__", function),
+            callback.definition,
+            callback.metadata,
+        )
     return callback
 
 
@@ -180,10 +188,13 @@ class ChatClient:
                 if options.internal_tool_execution_enabled is not None:
                     internal = options.internal_tool_execution_enabled
         check_unique_names(callbacks)
-        context = {**self._defaults.tool_context, **request.tool_context}
-        for options in (self._defaults.options, request.options):
-            if isinstance(options, ToolCallingChatOptions):
-                context = {**options.tool_context, **context}
+        # Per-call values win over the client's defaults; within each, .tool_context() entries
+        # win over the options' tool_context.
+        context: dict[str, Any] = {}
+        for settings in (self._defaults, request):
+            if isinstance(settings.options, ToolCallingChatOptions):
+                context.update(settings.options.tool_context)
+            context.update(settings.tool_context)
         return ToolCallingChatOptions(
             model,
             tool_callbacks=callbacks,

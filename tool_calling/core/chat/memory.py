@@ -6,13 +6,20 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from tool_calling.core.chat.messages import Message, SystemMessage, ToolResponseMessage
+from tool_calling.core.chat.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolResponseMessage,
+)
 
 __all__ = [
     "ChatMemory",
     "ChatMemoryRepository",
     "InMemoryChatMemoryRepository",
     "MessageWindowChatMemory",
+    "drop_unanswered_tool_calls",
+    "window",
 ]
 
 
@@ -87,8 +94,8 @@ class ChatMemory(ABC):
     """Advisor context key holding the conversation id."""
 
     @abstractmethod
-    def add(self, conversation_id: str, messages: Sequence[Message]) -> None:
-        """Remember ``messages`` at the end of the conversation."""
+    def add(self, conversation_id: str, messages: Message | Sequence[Message]) -> None:
+        """Remember ``messages`` (one message or several) at the end of the conversation."""
 
     @abstractmethod
     def get(self, conversation_id: str) -> list[Message]:
@@ -103,17 +110,52 @@ def window(messages: Sequence[Message], max_messages: int) -> list[Message]:
     """Return the last ``max_messages`` messages without splitting a tool call from its responses.
 
     The newest system message is kept (at the front) even when it is older than the window. The
-    window never starts with tool responses whose call fell outside it.
+    window never starts with tool responses whose call fell outside it, and never holds tool
+    calls whose responses are missing (see :func:`drop_unanswered_tool_calls`).
     """
     system = next((m for m in reversed(messages) if isinstance(m, SystemMessage)), None)
     rest = [m for m in messages if not isinstance(m, SystemMessage)]
     budget = max_messages - (1 if system is not None else 0)
     kept = rest[-budget:] if budget > 0 else []
-    start = 0
-    while start < len(kept) and isinstance(kept[start], ToolResponseMessage):
-        start += 1
-    kept = kept[start:]
-    return ([system] if system is not None else []) + kept
+    return ([system] if system is not None else []) + drop_unanswered_tool_calls(kept)
+
+
+def drop_unanswered_tool_calls(messages: Sequence[Message]) -> list[Message]:
+    """Return ``messages`` as a history a model accepts: every tool call next to its responses.
+
+    An assistant message whose tool calls are not all answered by the tool responses right after
+    it loses its tool calls (and the message goes, unless it has text), together with those
+    responses; tool responses without their assistant message go too. Such gaps appear when a
+    turn ends without sending the tool results back to the model (return-direct, a limit) while
+    a memory advisor inside the loop stored each step, or when a turn fails halfway. An assistant
+    message with tool calls at the very end is kept: its calls are still running.
+    """
+    result: list[Message] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        index += 1
+        if isinstance(message, ToolResponseMessage):
+            continue  # its assistant message is not right before it
+        if not isinstance(message, AssistantMessage) or not message.tool_calls:
+            result.append(message)
+            continue
+        responses: list[ToolResponseMessage] = []
+        while index < len(messages):
+            following = messages[index]
+            if not isinstance(following, ToolResponseMessage):
+                break
+            responses.append(following)
+            index += 1
+        if not responses and index == len(messages):
+            result.append(message)
+            continue
+        answered = {response.id for batch in responses for response in batch.responses}
+        if all(call.id in answered for call in message.tool_calls):
+            result += [message, *responses]
+        elif message.text:
+            result.append(AssistantMessage(message.text, [], message.metadata))
+    return result
 
 
 class MessageWindowChatMemory(ChatMemory):
@@ -129,10 +171,11 @@ class MessageWindowChatMemory(ChatMemory):
         self.max_messages = max_messages
         """How many messages the model sees at most."""
 
-    def add(self, conversation_id: str, messages: Sequence[Message]) -> None:
-        """Append ``messages`` to the stored conversation."""
-        if messages:
-            self.repository.add(conversation_id, list(messages))
+    def add(self, conversation_id: str, messages: Message | Sequence[Message]) -> None:
+        """Append ``messages`` (one message or several) to the stored conversation."""
+        batch = [messages] if isinstance(messages, Message) else list(messages)
+        if batch:
+            self.repository.add(conversation_id, batch)
 
     def get(self, conversation_id: str) -> list[Message]:
         """Return the window of the conversation the model should see."""

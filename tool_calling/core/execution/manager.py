@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -93,6 +94,59 @@ class _Outcome:
     error: BaseException | None = None
 
 
+_SHARED_POOL_SIZE = 32
+"""Threads of the in-process pool shared by every batch (each batch keeps its own bound)."""
+_pool_thread = threading.local()
+_shared: ThreadPoolExecutor | None = None
+_shared_lock = threading.Lock()
+
+
+def _mark_pool_thread() -> None:
+    _pool_thread.active = True
+
+
+def _shared_pool() -> ThreadPoolExecutor:
+    global _shared
+    pool = _shared
+    if pool is None:
+        with _shared_lock:
+            if _shared is None:
+                _shared = ThreadPoolExecutor(
+                    max_workers=_SHARED_POOL_SIZE,
+                    thread_name_prefix="tool-calling",
+                    initializer=_mark_pool_thread,
+                )
+            pool = _shared
+    return pool
+
+
+_index_cache: dict[tuple[int, ...], tuple[tuple[ToolCallback, ...], dict[str, ToolCallback]]] = {}
+_INDEX_CACHE_SIZE = 128
+
+
+def _callback_index(callbacks: Sequence[ToolCallback]) -> dict[str, ToolCallback]:
+    """Return ``{name: callback}`` for a request's callbacks; checked and built once per list.
+
+    A request usually offers the same callbacks as the one before (same client defaults), so
+    the index and its duplicate check are cached by the callbacks' identities. The cache holds
+    the callbacks, so their ids cannot be reused while an entry lives. Treat the result as
+    read-only.
+    """
+    key = tuple(map(id, callbacks))
+    hit = _index_cache.get(key)
+    if hit is not None:
+        return hit[1]
+    # Two different tools under one name would make "which one runs" an accident of order.
+    check_unique_names(callbacks)
+    index: dict[str, ToolCallback] = {}
+    for callback in callbacks:
+        index.setdefault(callback.definition.name, callback)
+    if len(_index_cache) >= _INDEX_CACHE_SIZE:
+        _index_cache.clear()
+    _index_cache[key] = (tuple(callbacks), index)
+    return index
+
+
 def _normalise_arguments(arguments: str | None) -> str:
     return arguments if arguments and not arguments.isspace() else "{}"
 
@@ -157,13 +211,12 @@ class DefaultToolCallingManager(ToolCallingManager):
     # -- resolution -------------------------------------------------------------------------
 
     def _request_callbacks(self, options: ChatOptions | None) -> dict[str, ToolCallback]:
-        callbacks: dict[str, ToolCallback] = {}
         if not isinstance(options, ToolCallingChatOptions):
+            return {}
+        callbacks = _callback_index(options.tool_callbacks)
+        if not options.tool_names:
             return callbacks
-        # Two different tools under one name would make "which one runs" an accident of order.
-        check_unique_names(options.tool_callbacks)
-        for callback in options.tool_callbacks:
-            callbacks.setdefault(callback.definition.name, callback)
+        callbacks = dict(callbacks)
         for name in options.tool_names:
             if name in callbacks:
                 continue
@@ -381,19 +434,38 @@ class DefaultToolCallingManager(ToolCallingManager):
                 return list(await asyncio.gather(*(one(call, cb) for _, call, cb in jobs)))
 
             return run_sync(gather())
-        # A pool per batch: the bound is per assistant message, a turn never queues behind the
-        # calls of other turns, and a tool that itself runs tools (an agent used as a tool)
-        # cannot deadlock a shared pool. In a mixed batch an async tool holds a worker while its
-        # coroutine runs on the shared loop, so one bound covers sync and async calls alike.
-        with ThreadPoolExecutor(
-            max_workers=min(bound, len(jobs)), thread_name_prefix="tool-calling"
-        ) as pool:
+        # In a mixed batch an async tool holds a worker while its coroutine runs on the shared
+        # loop, so one bound covers sync and async calls alike.
+        if getattr(_pool_thread, "active", False) or bound > _SHARED_POOL_SIZE:
+            # A tool that itself runs tools (an agent used as a tool) gets a pool of its own, so
+            # nested batches can never deadlock the shared one.
+            with ThreadPoolExecutor(
+                max_workers=min(bound, len(jobs)),
+                thread_name_prefix="tool-calling",
+                initializer=_mark_pool_thread,
+            ) as pool:
+                futures = [
+                    pool.submit(
+                        contextvars.copy_context().run, self._invoke, callback, call, context
+                    )
+                    for _, call, callback in jobs
+                ]
+                return [future.result() for future in futures]
+        # The shared pool keeps its threads between batches (starting threads per batch costs
+        # more than small tools do); the semaphore holds each batch to its own bound, so a turn
+        # never queues behind the calls of other turns until the pool itself is full.
+        pool = _shared_pool()
+        slots = threading.BoundedSemaphore(min(bound, len(jobs)))
+        shared_futures: list[Future[_Outcome]] = []
+        for _, call, callback in jobs:
+            slots.acquire()
             # Each call sees the caller's context variables (tracing, request-scoped state).
-            futures = [
-                pool.submit(contextvars.copy_context().run, self._invoke, callback, call, context)
-                for _, call, callback in jobs
-            ]
-            return [future.result() for future in futures]
+            future = pool.submit(
+                contextvars.copy_context().run, self._invoke, callback, call, context
+            )
+            future.add_done_callback(lambda _: slots.release())
+            shared_futures.append(future)
+        return [future.result() for future in shared_futures]
 
     def _to_response(
         self,

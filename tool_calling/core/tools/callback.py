@@ -69,7 +69,7 @@ class FunctionToolCallback(ToolCallback):
     takes two). Functions marked with ``@tool`` reuse the spec built at decoration.
     """
 
-    __slots__ = ("_function", "_spec")
+    __slots__ = ("_function", "_metadata", "_spec")
 
     def __init__(
         self,
@@ -110,6 +110,7 @@ class FunctionToolCallback(ToolCallback):
             )
         self._function = function
         self._spec = spec
+        self._metadata = ToolMetadata(return_direct=spec.return_direct)
 
     @property
     def definition(self) -> ToolDefinition:
@@ -119,7 +120,7 @@ class FunctionToolCallback(ToolCallback):
     @property
     def metadata(self) -> ToolMetadata:
         """Return-direct or not."""
-        return ToolMetadata(return_direct=self._spec.return_direct)
+        return self._metadata
 
     @property
     def function(self) -> Callable[..., Any]:
@@ -194,7 +195,17 @@ def _members_with_spec(cls: type) -> list[tuple[str, Any]]:
     return list(seen.items())
 
 
+_CACHED_CALLBACK = "__tool_callback__"
+
+
 def _callbacks_of(obj: Any) -> list[ToolCallback]:
+    if type(obj) is types.FunctionType:
+        # Fast path for the common case, a @tool function: its callback is built once.
+        cached = getattr(obj, _CACHED_CALLBACK, None)
+        if cached is None:
+            cached = FunctionToolCallback(obj)
+            setattr(obj, _CACHED_CALLBACK, cached)
+        return [cached]
     if isinstance(obj, ToolCallback):
         return [obj]
     if isinstance(obj, ToolCallbackProvider):
@@ -250,7 +261,8 @@ def check_unique_names(callbacks: Iterable[ToolCallback]) -> None:
     by_name: dict[str, ToolCallback] = {}
     for callback in callbacks:
         name = callback.definition.name
-        other = by_name.get(name.casefold())
+        key = name.casefold()
+        other = by_name.get(key)
         if other is not None and other is not callback:
             other_name = other.definition.name
             if other_name == name:
@@ -261,7 +273,7 @@ def check_unique_names(callbacks: Iterable[ToolCallback]) -> None:
                 f"{problem}: {_describe(other)} and {_describe(callback)}. "
                 "Tool names must be unique; rename one with @tool(name=...)."
             )
-        by_name[name.casefold()] = callback
+        by_name[key] = callback
 
 
 def _describe(callback: ToolCallback) -> str:

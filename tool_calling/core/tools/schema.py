@@ -338,7 +338,10 @@ class _RejectedJson(ValueError):
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+    result = dict(pairs)
+    if len(result) == len(pairs):
+        return result
+    result = {}
     for key, value in pairs:
         if key in result:
             shown = key if len(key) <= 80 else key[:80] + "..."
@@ -351,13 +354,17 @@ def _no_constants(name: str) -> Any:
     raise _RejectedJson(f"{name} is not valid JSON; send a number or null")
 
 
+# Built once: json.loads() with hooks would build a new decoder on every call.
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constants)
+
+
 def _check_json_text(tool_name: str, text: str) -> None:
     """Reject what pydantic's parser tolerates but JSON forbids: duplicate keys, NaN, Infinity.
 
     Duplicate keys would let the audit show one value while the tool receives another.
     """
     try:
-        json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constants)
+        _STRICT_DECODER.decode(text)
     except _RejectedJson as exc:
         raise ToolArgumentsError(
             tool_name, f"Invalid arguments for tool '{tool_name}': {exc}."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from tool_calling.core.chat._stream import aggregate
+from tool_calling.core.chat._stream import FINAL_RESPONSE, aggregate
 from tool_calling.core.chat.advisors.base import (
     HIGHEST_PRECEDENCE,
     Advisor,
@@ -12,7 +12,7 @@ from tool_calling.core.chat.advisors.base import (
     ChatClientRequest,
     ChatClientResponse,
 )
-from tool_calling.core.chat.memory import ChatMemory
+from tool_calling.core.chat.memory import ChatMemory, drop_unanswered_tool_calls
 from tool_calling.core.chat.messages import Message, SystemMessage
 from tool_calling.core.chat.prompt import Prompt
 from tool_calling.core.chat.response import ChatResponse
@@ -65,7 +65,10 @@ class MessageChatMemoryAdvisor(Advisor):
         new = others[_overlap(stored, others) :]
         if new:
             self.chat_memory.add(conversation_id, new)
-        prompt = Prompt([*systems, *stored, *new], request.prompt.options)
+        # A tool call left unanswered in memory (a turn that ended on return-direct or a limit
+        # while this advisor sat inside the loop) would make the model API reject the prompt.
+        history = drop_unanswered_tool_calls([*stored, *new])
+        prompt = Prompt([*systems, *history], request.prompt.options)
         return request.with_prompt(prompt), conversation_id
 
     def _after(self, response: ChatResponse | None, conversation_id: str) -> None:
@@ -87,16 +90,22 @@ class MessageChatMemoryAdvisor(Advisor):
     def advise_stream(
         self, request: ChatClientRequest, chain: AdvisorChain
     ) -> Iterator[ChatClientResponse]:
-        """Streaming twin: stores the aggregated answer once the stream ends."""
+        """Streaming twin: stores the answer once the stream ends, as ``advise_call`` would.
+
+        When a ``ToolCallingAdvisor`` runs below, its last chunk carries the whole final response
+        in its context, and that is what gets stored: text the model streamed during a tool round
+        is not part of the answer. Otherwise the chunks are aggregated.
+        """
         request, conversation_id = self._before(request)
         chunks: list[ChatResponse] = []
+        final: ChatResponse | None = None
         for chunk in chain.next_stream(request):
             if chunk.chat_response is not None:
                 chunks.append(chunk.chat_response)
+            whole = chunk.context.get(FINAL_RESPONSE)
+            if isinstance(whole, ChatResponse):
+                final = whole
             yield chunk
-        if chunks:
-            whole = aggregate(chunks)
-            # A return-direct answer streams as several generations in one chunk; keep them all.
-            if len(chunks) == 1 and len(chunks[0].generations) > 1:
-                whole = chunks[0]
-            self._after(whole, conversation_id)
+        if final is None and chunks:
+            final = aggregate(chunks)
+        self._after(final, conversation_id)

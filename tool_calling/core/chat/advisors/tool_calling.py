@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tool_calling.core.chat._stream import add_usage, aggregate
+from tool_calling.core.chat._stream import FINAL_RESPONSE, add_usage, aggregate
 from tool_calling.core.chat.advisors.base import (
     HIGHEST_PRECEDENCE,
     Advisor,
@@ -78,7 +78,11 @@ class ToolCallingAdvisor(Advisor):
         self.order = order
         self.conversation_history_enabled = conversation_history_enabled
         self.eligibility = eligibility or DefaultToolExecutionEligibilityPredicate()
-        if isinstance(max_tool_rounds, bool) or max_tool_rounds < 1:
+        if (
+            isinstance(max_tool_rounds, bool)
+            or not isinstance(max_tool_rounds, int)
+            or max_tool_rounds < 1
+        ):
             raise ValueError(f"max_tool_rounds must be a positive integer, got {max_tool_rounds!r}")
         self.max_tool_rounds = max_tool_rounds
 
@@ -128,6 +132,18 @@ class ToolCallingAdvisor(Advisor):
         options = state.request.prompt.options
         if chat_response is None or not self.eligibility.test(options, chat_response):
             return response, None
+        if state.rounds >= self.max_tool_rounds:
+            # Checked before running the calls: their results could only reach the model in
+            # a round this turn may not make, and tools can have side effects.
+            text = (
+                f"Tool round limit ({self.max_tool_rounds}) exceeded for this turn. "
+                "The model kept calling tools without answering."
+            )
+            final = ChatResponse(
+                [Generation(AssistantMessage(text), finish_reason=TOOL_ROUNDS_EXCEEDED)],
+                metadata=dict(chat_response.metadata),
+            )
+            return ChatClientResponse(final, response.context), None
         prompt = Prompt(state.history, options)
         try:
             result = self.tool_calling_manager.execute_tool_calls(prompt, chat_response)
@@ -137,16 +153,6 @@ class ToolCallingAdvisor(Advisor):
         if result.return_direct:
             final = ChatResponse(
                 ToolExecutionResult.build_generations(result), metadata=dict(chat_response.metadata)
-            )
-            return ChatClientResponse(final, response.context), None
-        if state.rounds >= self.max_tool_rounds:
-            text = (
-                f"Tool round limit ({self.max_tool_rounds}) exceeded for this turn. "
-                "The model kept calling tools without answering."
-            )
-            final = ChatResponse(
-                [Generation(AssistantMessage(text), finish_reason=TOOL_ROUNDS_EXCEEDED)],
-                metadata=dict(chat_response.metadata),
             )
             return ChatClientResponse(final, response.context), None
         return None, self._next_request(state, result)
@@ -201,12 +207,14 @@ class ToolCallingAdvisor(Advisor):
             if final is not None:
                 built_by_loop = final is not response
                 final = self.finalize_loop(self._with_usage(state, final), chain)
+                # The last chunk's context carries the whole final response (FINAL_RESPONSE).
+                last_context = {**final.context, FINAL_RESPONSE: final.chat_response}
                 if built_by_loop:
                     # Return-direct, limit and round-limit results arrive as one chunk.
-                    yield final
+                    yield ChatClientResponse(final.chat_response, last_context)
                 else:
                     # The text went out already; close with the finish reason and usage.
-                    yield ChatClientResponse(_closing_chunk(final.chat_response), final.context)
+                    yield ChatClientResponse(_closing_chunk(final.chat_response), last_context)
                 return
             assert following is not None
             current = following
