@@ -12,6 +12,7 @@ from tool_calling import models
 from tool_calling.exceptions import ChatModelError, ToolCallingError
 from tool_calling.governance import governed_chat_client
 from tool_calling.registry import registry
+from tool_calling.resolvers import is_available_to
 
 
 class Command(BaseCommand):
@@ -56,6 +57,15 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"Unknown tool(s): {', '.join(unknown)}. "
                     f"Registered tools: {', '.join(registry) or 'none'}."
+                )
+            # Governance would drop these silently and the turn would run without them.
+            unavailable = [n for n in names if not is_available_to(n, user)]
+            if unavailable:
+                who = f" to user {options['user']!r}" if user is not None else ""
+                raise CommandError(
+                    f"Tool(s) not available{who}: {', '.join(unavailable)}. An operator "
+                    "disabled them, they are missing from the code, or they are restricted to "
+                    "other groups."
                 )
         conversation = self._conversation(options["conversation"], user, options["message"])
         client = governed_chat_client(
