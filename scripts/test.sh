@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh
+bash scripts/setup_browser.sh
 
 echo "== ruff check"
 .venv/bin/ruff check .

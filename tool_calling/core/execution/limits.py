@@ -98,18 +98,22 @@ def breach_text(tool_name: str | None, limit: int) -> str:
     )
 
 
+def _turn_counts(messages: Sequence[Message]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    # Walk back to the last user message: a turn is short even when the history is long.
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, UserMessage):
+            break
+        if isinstance(message, ToolResponseMessage):
+            for response in message.responses:
+                counts[response.name] = counts.get(response.name, 0) + 1
+    return counts
+
+
 def count_turn_calls(messages: Sequence[Message]) -> Counter[str]:
     """Count the tool responses of the current turn (after the last user message), by tool name."""
-    start = 0
-    for index in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[index], UserMessage):
-            start = index + 1
-            break
-    counts: Counter[str] = Counter()
-    for message in messages[start:]:
-        if isinstance(message, ToolResponseMessage):
-            counts.update(response.name for response in message.responses)
-    return counts
+    return Counter(_turn_counts(messages))
 
 
 class LimitCounter:
@@ -119,8 +123,8 @@ class LimitCounter:
 
     def __init__(self, limits: ToolCallLimits, history: Sequence[Message]) -> None:
         self._limits = limits
-        self._counts = count_turn_calls(history)
-        self._total = sum(self._counts.values())
+        self._counts = _turn_counts(history)
+        self._total = sum(self._counts.values()) if self._counts else 0
 
     def add(self, tool_name: str) -> tuple[str | None, int] | None:
         """Count one call of ``tool_name``; return ``(tool_name or None, limit)`` if it breaches.
@@ -128,10 +132,10 @@ class LimitCounter:
         The per-tool limit is checked before the total; the N-th call is allowed and the
         N+1-th breaches.
         """
-        self._counts[tool_name] += 1
+        count = self._counts[tool_name] = self._counts.get(tool_name, 0) + 1
         self._total += 1
         per_tool = self._limits.limit_for(tool_name)
-        if per_tool is not None and self._counts[tool_name] > per_tool:
+        if per_tool is not None and count > per_tool:
             return tool_name, per_tool
         total = self._limits.max_total_tool_calls
         if total is not None and self._total > total:

@@ -9,7 +9,6 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from types import EllipsisType
 from typing import Protocol, runtime_checkable
 
@@ -88,12 +87,6 @@ class ToolCallExecutor(Protocol):
         """Start the call and return a future of the tool's text result."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    text: str | None = None
-    error: BaseException | None = None
-
-
 _SHARED_POOL_SIZE = 32
 """Threads of the in-process pool shared by every batch (each batch keeps its own bound)."""
 _pool_thread = threading.local()
@@ -145,6 +138,9 @@ def _callback_index(callbacks: Sequence[ToolCallback]) -> dict[str, ToolCallback
         _index_cache.clear()
     _index_cache[key] = (tuple(callbacks), index)
     return index
+
+
+_EMPTY_CONTEXT = ToolContext()
 
 
 def _normalise_arguments(arguments: str | None) -> str:
@@ -270,8 +266,8 @@ class DefaultToolCallingManager(ToolCallingManager):
         )
         limits = self.limits if self.limits is not None else settings.limits
         callbacks = self._request_callbacks(options)
-        raw_context = options.tool_context if isinstance(options, ToolCallingChatOptions) else {}
-        context = ToolContext(raw_context)
+        raw_context = options.tool_context if isinstance(options, ToolCallingChatOptions) else None
+        context = ToolContext(raw_context) if raw_context else _EMPTY_CONTEXT
 
         counter = None if limits.is_unlimited else LimitCounter(limits, prompt.messages)
         responses: list[ToolResponse | None] = [None] * len(calls)
@@ -319,7 +315,7 @@ class DefaultToolCallingManager(ToolCallingManager):
         return_direct = (
             len(jobs) == len(calls)
             and all(cb.metadata.return_direct for _, _, cb in jobs)
-            and not any(isinstance(o.error, ToolArgumentsError) for o in outcomes)
+            and not any(isinstance(error, ToolArgumentsError) for _, error in outcomes)
         )
 
         if breach is not None:
@@ -362,19 +358,19 @@ class DefaultToolCallingManager(ToolCallingManager):
 
     def _invoke(
         self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext
-    ) -> _Outcome:
+    ) -> tuple[str | None, BaseException | None]:
         try:
-            return _Outcome(text=self.call_tool(callback, tool_call, context))
+            return (self.call_tool(callback, tool_call, context), None)
         except BaseException as exc:  # collected and handled in call order by the caller
-            return _Outcome(error=exc)
+            return (None, exc)
 
     async def _ainvoke(
         self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext
-    ) -> _Outcome:
+    ) -> tuple[str | None, BaseException | None]:
         try:
-            return _Outcome(text=await self.acall_tool(callback, tool_call, context))
+            return (await self.acall_tool(callback, tool_call, context), None)
         except BaseException as exc:
-            return _Outcome(error=exc)
+            return (None, exc)
 
     def _unknown_tool_text(self, name: str, callbacks: dict[str, ToolCallback]) -> str:
         available = ", ".join(callbacks) or "none"
@@ -388,7 +384,7 @@ class DefaultToolCallingManager(ToolCallingManager):
         jobs: Sequence[tuple[int, ToolCall, ToolCallback]],
         context: ToolContext,
         default_concurrency: int,
-    ) -> list[_Outcome]:
+    ) -> list[tuple[str | None, BaseException | None]]:
         if not jobs:
             return []
         executor = self.executor
@@ -399,35 +395,37 @@ class DefaultToolCallingManager(ToolCallingManager):
             return self._run_in_process(
                 jobs, context, self.max_concurrent_calls or default_concurrency
             )
-        futures: list[Future[str] | Future[_Outcome]] = []
+        futures: list[Future[str] | Future[tuple[str | None, BaseException | None]]] = []
         for _, call, callback in jobs:
             if isinstance(executor, ToolCallExecutor):
                 futures.append(executor.submit_tool_call(callback, call, context))
             else:
                 futures.append(executor.submit(self._invoke, callback, call, context))
-        outcomes: list[_Outcome] = []
+        outcomes: list[tuple[str | None, BaseException | None]] = []
         for future in futures:
             try:
                 value = future.result()
             except BaseException as exc:
-                outcomes.append(_Outcome(error=exc))
+                outcomes.append((None, exc))
                 continue
-            outcomes.append(value if isinstance(value, _Outcome) else _Outcome(text=value))
+            outcomes.append(value if isinstance(value, tuple) else (value, None))
         return outcomes
 
     def _run_in_process(
         self, jobs: Sequence[tuple[int, ToolCall, ToolCallback]], context: ToolContext, bound: int
-    ) -> list[_Outcome]:
+    ) -> list[tuple[str | None, BaseException | None]]:
         bound = max(1, bound)
         native_async = type(self).call_tool is DefaultToolCallingManager.call_tool
         if native_async and all(
             isinstance(cb, FunctionToolCallback) and cb.is_async for _, _, cb in jobs
         ):
             # Only async tools: run them together on the shared event loop, no threads.
-            async def gather() -> list[_Outcome]:
+            async def gather() -> list[tuple[str | None, BaseException | None]]:
                 semaphore = asyncio.Semaphore(bound)
 
-                async def one(call: ToolCall, callback: ToolCallback) -> _Outcome:
+                async def one(
+                    call: ToolCall, callback: ToolCallback
+                ) -> tuple[str | None, BaseException | None]:
                     async with semaphore:
                         return await self._ainvoke(callback, call, context)
 
@@ -456,7 +454,7 @@ class DefaultToolCallingManager(ToolCallingManager):
         # never queues behind the calls of other turns until the pool itself is full.
         pool = _shared_pool()
         slots = threading.BoundedSemaphore(min(bound, len(jobs)))
-        shared_futures: list[Future[_Outcome]] = []
+        shared_futures: list[Future[tuple[str | None, BaseException | None]]] = []
         for _, call, callback in jobs:
             slots.acquire()
             # Each call sees the caller's context variables (tracing, request-scoped state).
@@ -471,14 +469,14 @@ class DefaultToolCallingManager(ToolCallingManager):
         self,
         call: ToolCall,
         callback: ToolCallback,
-        outcome: _Outcome,
+        outcome: tuple[str | None, BaseException | None],
         strict: bool,
         max_chars: int | None,
         settings: object,
     ) -> ToolResponse:
-        if outcome.error is None:
-            return ToolResponse(call.id, call.name, _truncate(outcome.text or "", max_chars))
-        error = outcome.error
+        text, error = outcome
+        if error is None:
+            return ToolResponse(call.id, call.name, _truncate(text or "", max_chars))
         if isinstance(error, ToolArgumentsError):
             if strict:
                 raise error

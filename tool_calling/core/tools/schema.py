@@ -378,6 +378,7 @@ class ArgumentsSchema:
 
     __slots__ = (
         "_adapter",
+        "_validator",
         "_none_means_default",
         "_strict",
         "context_parameter",
@@ -400,6 +401,8 @@ class ArgumentsSchema:
         self.json_schema = json_schema
         """The JSON Schema sent to the model."""
         self._adapter = adapter
+        # The core validator directly: TypeAdapter.validate_json adds a Python frame per call.
+        self._validator: Any = adapter.validator
         self.parameters = parameters
         """Names of the parameters in the schema, in order."""
         self.context_parameter = context_parameter
@@ -410,7 +413,7 @@ class ArgumentsSchema:
         self._strict = strict
 
     def _validate_json(self, text: str) -> Any:
-        return self._adapter.validate_json(text, strict=self._strict, **_EXTRA)
+        return self._validator.validate_json(text, strict=self._strict, **_EXTRA)
 
     def validate(self, tool_name: str, tool_input: str | None) -> Any:
         """Validate the model's JSON; return kwargs (or the input instance).

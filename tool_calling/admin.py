@@ -1,0 +1,673 @@
+"""The governance admin: tools (bulk actions, limits), conversation transcripts, the audit."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth import get_permission_codename, get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Count, FloatField, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Cast, Coalesce
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext_lazy
+
+from tool_calling import models
+
+__all__ = ["ConversationAdmin", "ToolAdmin", "ToolExecutionAdmin", "ToolLimitOverrideInline"]
+
+# Executions in these states count as errors in the tool list, as does ``is_error``.
+_ERROR_STATUSES = (
+    models.ExecutionStatus.FAILED,
+    models.ExecutionStatus.REFUSED,
+    models.ExecutionStatus.TIMED_OUT,
+)
+
+# The window of the tool list's "calls" and "error rate" columns.
+_RECENT_WINDOW = timedelta(hours=24)
+
+# Longest text shown for one message part or audit field; the rest is cut with a marker, so a
+# huge tool result cannot make an admin page unusable.
+_DISPLAY_MAX_CHARS = 20_000
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _DISPLAY_MAX_CHARS:
+        return text
+    hidden = len(text) - _DISPLAY_MAX_CHARS
+    return f"{text[:_DISPLAY_MAX_CHARS]}\n[… {hidden} more characters not shown]"
+
+
+def _pretty(value: Any) -> str:
+    """``value`` as readable text: JSON objects and arrays (even inside a string) indented."""
+    if isinstance(value, str):
+        if len(value) > _DISPLAY_MAX_CHARS or value[:1] not in ("{", "["):
+            return _clip(value)  # not JSON worth indenting (or too long to parse for a page)
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+    if value is None:
+        return ""
+    try:
+        return _clip(json.dumps(value, indent=2, ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError):
+        return _clip(repr(value))
+
+
+def _pre(value: Any) -> str:
+    """``value`` pretty-printed in an escaped ``<pre>`` block."""
+    return format_html('<pre class="tool-calling-pre">{}</pre>', _pretty(value))
+
+
+def _admin_url(obj: Any, view: str = "change") -> str | None:
+    opts = obj._meta
+    try:
+        return reverse(f"admin:{opts.app_label}_{opts.model_name}_{view}", args=[obj.pk])
+    except NoReverseMatch:
+        return None
+
+
+# -- tools -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ActionText:
+    """What a bulk action says: to the operator (translated) and in each tool's history."""
+
+    done: Any
+    """``ngettext_lazy`` message for the tools it changed (``%(count)d``)."""
+    unchanged: Any
+    """``ngettext_lazy`` message for the selected tools that were already in that state."""
+    log: str
+    """The ``LogEntry`` change message (stored untranslated, as Django stores its own)."""
+
+
+_ENABLED = _ActionText(
+    ngettext_lazy("Enabled %(count)d tool.", "Enabled %(count)d tools.", "count"),
+    ngettext_lazy(
+        "%(count)d tool was already enabled.", "%(count)d tools were already enabled.", "count"
+    ),
+    "Enabled (bulk action).",
+)
+_DISABLED = _ActionText(
+    ngettext_lazy("Disabled %(count)d tool.", "Disabled %(count)d tools.", "count"),
+    ngettext_lazy(
+        "%(count)d tool was already disabled.", "%(count)d tools were already disabled.", "count"
+    ),
+    "Disabled (bulk action).",
+)
+_APPROVAL_REQUIRED = _ActionText(
+    ngettext_lazy(
+        "%(count)d tool now requires approval.", "%(count)d tools now require approval.", "count"
+    ),
+    ngettext_lazy(
+        "%(count)d tool already required approval.",
+        "%(count)d tools already required approval.",
+        "count",
+    ),
+    "Approval required (bulk action).",
+)
+_APPROVAL_SKIPPED = _ActionText(
+    ngettext_lazy(
+        "%(count)d tool no longer requires approval.",
+        "%(count)d tools no longer require approval.",
+        "count",
+    ),
+    ngettext_lazy(
+        "%(count)d tool did not require approval.",
+        "%(count)d tools did not require approval.",
+        "count",
+    ),
+    "Approval no longer required (bulk action).",
+)
+_EXCLUDED = _ActionText(
+    ngettext_lazy(
+        "Excluded %(count)d tool from per-tool limits.",
+        "Excluded %(count)d tools from per-tool limits.",
+        "count",
+    ),
+    ngettext_lazy(
+        "%(count)d tool was already excluded.", "%(count)d tools were already excluded.", "count"
+    ),
+    "Excluded from per-tool limits (bulk action).",
+)
+_INCLUDED = _ActionText(
+    ngettext_lazy(
+        "Included %(count)d tool in per-tool limits.",
+        "Included %(count)d tools in per-tool limits.",
+        "count",
+    ),
+    ngettext_lazy(
+        "%(count)d tool was not excluded.", "%(count)d tools were not excluded.", "count"
+    ),
+    "Included in per-tool limits (bulk action).",
+)
+
+
+class ToolLimitOverrideInline(admin.StackedInline):
+    """The tool's per-turn call limit, or its exclusion from per-tool limits (at most one).
+
+    The override is part of the tool's governance, so it follows the ``Tool`` permissions: who
+    may change a tool may change its limit; who may only view it sees the limit read-only.
+    """
+
+    model = models.ToolLimitOverride
+    extra = 1
+    max_num = 1
+    fields = ("max_calls_per_turn", "excluded")
+    verbose_name = _("limit override")
+    verbose_name_plural = _("limit override")
+
+    def _tool_perm(self, request: HttpRequest, action: str) -> bool:
+        codename = get_permission_codename(action, models.Tool._meta)
+        return request.user.has_perm(f"{models.Tool._meta.app_label}.{codename}")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Adding an override is changing the tool."""
+        return self._tool_perm(request, "change")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Changing an override is changing the tool."""
+        return self._tool_perm(request, "change")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Removing an override is changing the tool."""
+        return self._tool_perm(request, "change")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Who may view the tool sees its override."""
+        return self._tool_perm(request, "view") or self._tool_perm(request, "change")
+
+
+@admin.register(models.Tool)
+class ToolAdmin(admin.ModelAdmin):
+    """Tools known from code, governed by operators.
+
+    Name, description and schema come from code (``sync_tools``) and are read-only; operators
+    enable, disable, require approval, limit and restrict tools, one by one or in bulk. Every
+    change takes effect on the next turn. Tools are never added here, and only tools missing
+    from code may be deleted: a deleted tool that is still in code would come back on the next
+    sync with the default settings, undoing the operators' choices.
+    """
+
+    list_display = (
+        "name",
+        "enabled",
+        "source",
+        "missing",
+        "requires_approval",
+        "limit",
+        "calls_24h",
+        "error_rate_24h",
+    )
+    list_filter = ("enabled", "missing", "source", "requires_approval", "execution_mode")
+    search_fields = ("name", "description")
+    list_select_related = ("limit_override",)
+    ordering = ("name",)
+    actions = (
+        "enable",
+        "disable",
+        "require_approval",
+        "skip_approval",
+        "exclude_from_limits",
+        "include_in_limits",
+    )
+    inlines = (ToolLimitOverrideInline,)
+    filter_horizontal = ("allowed_groups",)
+    readonly_fields = (
+        "name",
+        "description",
+        "source",
+        "missing",
+        "schema_hash",
+        "input_schema_display",
+        "created_at",
+        "updated_at",
+        "synced_at",
+    )
+    fieldsets = (
+        (
+            _("Definition (from code)"),
+            {
+                "fields": (
+                    "name",
+                    "description",
+                    "input_schema_display",
+                    "schema_hash",
+                    "source",
+                    "missing",
+                )
+            },
+        ),
+        (
+            _("Governance"),
+            {"fields": ("enabled", "requires_approval", "return_direct", "allowed_groups")},
+        ),
+        (_("Execution"), {"fields": ("execution_mode", "queue", "timeout")}),
+        (_("History"), {"fields": ("created_at", "updated_at", "synced_at")}),
+    )
+
+    # -- queryset and columns --------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[models.Tool]:
+        """Tools with their calls, errors and error rate of the last 24 hours.
+
+        The counts are correlated subqueries of the page's own query (no query per row). They
+        match executions by ``tool_name`` so that the ``(tool_name, -created_at)`` index bounds
+        each count to the window, instead of joining and grouping the whole audit table; the
+        list's count queries and filters stay free of them.
+        """
+        since = timezone.now() - _RECENT_WINDOW
+        failed = Q(is_error=True) | Q(status__in=_ERROR_STATUSES)
+        recent = (
+            models.ToolExecution.objects.filter(tool_name=OuterRef("name"), created_at__gte=since)
+            .order_by()
+            .values("tool_name")
+        )
+
+        def per_tool(expression: Any, output_field: Any) -> Subquery:
+            return Subquery(recent.annotate(value=expression).values("value"), output_field)
+
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                calls_24h=Coalesce(per_tool(Count("pk"), IntegerField()), 0),
+                errors_24h=Coalesce(per_tool(Count("pk", filter=failed), IntegerField()), 0),
+                # NULL when there were no calls: no rate rather than a misleading 0%.
+                error_rate_24h=per_tool(
+                    Cast(Count("pk", filter=failed) * 100.0 / Count("pk"), FloatField()),
+                    FloatField(),
+                ),
+            )
+        )
+
+    @admin.display(description=_("limit"))
+    def limit(self, obj: models.Tool) -> str:
+        """The per-turn limit override: a number, "excluded" or "default"."""
+        try:
+            override = obj.limit_override
+        except models.ToolLimitOverride.DoesNotExist:
+            return str(_("default"))
+        if override.excluded:
+            return str(_("excluded"))
+        if override.max_calls_per_turn is not None:
+            return str(override.max_calls_per_turn)
+        return str(_("default"))
+
+    @admin.display(description=_("calls (24 h)"), ordering="calls_24h")
+    def calls_24h(self, obj: models.Tool) -> str:
+        """Calls of the last 24 hours, linked to their audit rows."""
+        calls = getattr(obj, "calls_24h", 0)
+        try:
+            url = reverse("admin:tool_calling_toolexecution_changelist")
+        except NoReverseMatch:
+            return str(calls)
+        since = timezone.now() - _RECENT_WINDOW
+        query = urlencode(
+            {"tool_name": obj.name, "created_at__gte": since.strftime("%Y-%m-%d %H:%M:%S%z")}
+        )
+        return format_html('<a href="{}?{}">{}</a>', url, query, calls)
+
+    @admin.display(description=_("error rate (24 h)"), ordering="error_rate_24h")
+    def error_rate_24h(self, obj: models.Tool) -> str:
+        """Share of the last 24 hours' calls that failed, were refused or timed out."""
+        rate = getattr(obj, "error_rate_24h", None)
+        if rate is None:
+            return self.get_empty_value_display()
+        text = f"{rate:.1f}"
+        return f"{text.removesuffix('.0')}%"
+
+    @admin.display(description=_("input schema"))
+    def input_schema_display(self, obj: models.Tool) -> str:
+        """The JSON Schema of the arguments, indented and escaped."""
+        return _pre(obj.input_schema)
+
+    # -- permissions -----------------------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Tools come from code (``sync_tools``), never from the admin."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Only tools missing from code may be deleted (one at a time)."""
+        if obj is not None and not obj.missing:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        """The governance actions; no bulk delete (see the class docstring)."""
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    # -- bulk actions ----------------------------------------------------------------------------
+
+    def _require_change_permission(self, request: HttpRequest) -> None:
+        # get_actions() already hides the actions; this guards direct calls and custom views.
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+
+    def _log(self, request: HttpRequest, tools: Iterable[models.Tool], message: str) -> None:
+        """Write one admin ``LogEntry`` per changed tool (shown in each tool's history)."""
+        tools = list(tools)
+        user_id = request.user.pk
+        if user_id is None:  # admin views require a logged-in user; never log anonymously
+            raise PermissionDenied
+        if tools:
+            LogEntry.objects.log_actions(
+                user_id=user_id,
+                queryset=tools,
+                action_flag=CHANGE,
+                change_message=message,
+            )
+
+    def _set_flag(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[models.Tool],
+        field: str,
+        value: bool,
+        text: _ActionText,
+    ) -> None:
+        self._require_change_permission(request)
+        pks = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            changed = list(
+                models.Tool.objects.select_for_update()
+                .filter(pk__in=pks)
+                .exclude(**{field: value})
+                .order_by("name")
+            )
+            models.Tool.objects.filter(pk__in=[tool.pk for tool in changed]).update(
+                **{field: value, "updated_at": timezone.now()}
+            )
+            for tool in changed:
+                setattr(tool, field, value)
+            self._log(request, changed, text.log)
+        self._report(request, text, len(changed), len(pks) - len(changed))
+
+    def _report(
+        self, request: HttpRequest, text: _ActionText, changed: int, unchanged: int
+    ) -> None:
+        parts = []
+        if changed:
+            parts.append(text.done % {"count": changed})
+        if unchanged:
+            parts.append(text.unchanged % {"count": unchanged})
+        self.message_user(request, " ".join(parts), messages.SUCCESS if changed else messages.INFO)
+
+    @admin.action(permissions=["change"], description=_("Enable selected tools"))
+    def enable(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Offer the tools to the model again from the next turn."""
+        self._set_flag(request, queryset, "enabled", True, _ENABLED)
+
+    @admin.action(permissions=["change"], description=_("Disable selected tools"))
+    def disable(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Stop offering the tools, and refuse their calls from the next tool call on."""
+        self._set_flag(request, queryset, "enabled", False, _DISABLED)
+
+    @admin.action(permissions=["change"], description=_("Require approval for selected tools"))
+    def require_approval(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Make a person approve each call of the tools before it runs."""
+        self._set_flag(request, queryset, "requires_approval", True, _APPROVAL_REQUIRED)
+
+    @admin.action(permissions=["change"], description=_("Skip approval for selected tools"))
+    def skip_approval(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Let the tools' calls run without a person's approval."""
+        self._set_flag(request, queryset, "requires_approval", False, _APPROVAL_SKIPPED)
+
+    @admin.action(permissions=["change"], description=_("Exclude selected tools from limits"))
+    def exclude_from_limits(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Lift the per-tool call limit (calls still count toward the total per turn)."""
+        self._require_change_permission(request)
+        pks = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            tools = list(
+                models.Tool.objects.select_for_update()
+                .filter(pk__in=pks)
+                .select_related("limit_override")
+                .order_by("name")
+            )
+            new, flipped = [], []
+            for tool in tools:
+                try:
+                    override = tool.limit_override
+                except models.ToolLimitOverride.DoesNotExist:
+                    new.append(models.ToolLimitOverride(tool=tool, excluded=True))
+                    continue
+                if not override.excluded:
+                    flipped.append(tool)
+            models.ToolLimitOverride.objects.bulk_create(new)
+            models.ToolLimitOverride.objects.filter(tool__in=flipped).update(excluded=True)
+            changed = sorted([o.tool for o in new] + flipped, key=lambda tool: tool.name)
+            self._log(request, changed, _EXCLUDED.log)
+        self._report(request, _EXCLUDED, len(changed), len(pks) - len(changed))
+
+    @admin.action(permissions=["change"], description=_("Include selected tools in limits"))
+    def include_in_limits(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Apply the per-tool call limit again (the override's number, or the default)."""
+        self._require_change_permission(request)
+        pks = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            changed = list(
+                models.Tool.objects.select_for_update()
+                .filter(pk__in=pks, limit_override__excluded=True)
+                .order_by("name")
+            )
+            models.ToolLimitOverride.objects.filter(tool__in=changed).update(excluded=False)
+            self._log(request, changed, _INCLUDED.log)
+        self._report(request, _INCLUDED, len(changed), len(pks) - len(changed))
+
+
+# -- conversations -----------------------------------------------------------------------------
+
+
+@admin.register(models.Conversation)
+class ConversationAdmin(admin.ModelAdmin):
+    """Conversations, read as transcripts: every message, tool call and tool response.
+
+    Read-only: history is never edited here. Everything shown (model text, tool arguments, tool
+    results) is escaped, so a tool result that contains HTML or script is displayed as text.
+    """
+
+    list_display = ("__str__", "owner", "message_count", "created_at", "updated_at")
+    list_filter = ("updated_at",)
+    list_select_related = ("owner",)
+    date_hierarchy = "updated_at"
+    readonly_fields = ("id", "owner", "title", "created_at", "updated_at")
+    fields = readonly_fields
+    change_form_template = "tool_calling/admin/conversation/change_form.html"
+
+    def get_search_fields(self, request: HttpRequest) -> list[str]:
+        """Search titles and owners (by the user model's ``USERNAME_FIELD``)."""
+        return ["title", f"owner__{get_user_model().USERNAME_FIELD}"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[models.Conversation]:
+        """Conversations with their number of messages."""
+        return super().get_queryset(request).annotate(message_count=Count("messages"))
+
+    @admin.display(description=_("messages"), ordering="message_count")
+    def message_count(self, obj: models.Conversation) -> int:
+        """How many messages the conversation holds."""
+        return getattr(obj, "message_count", 0)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Conversations are created by turns, never in the admin."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """History is read-only; the change page is a view page."""
+        return False
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> Any:
+        """Add the transcript of ``obj`` to the page."""
+        if obj is not None:
+            context["transcript"] = self.transcript(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def transcript(self, request: HttpRequest, obj: models.Conversation) -> list[dict[str, Any]]:
+        """The messages of ``obj`` in order, as plain data for the template (escaped there)."""
+        show_audit = request.user.has_perm("tool_calling.view_toolexecution")
+        executions: dict[str, models.ToolExecution] = {}
+        for row in obj.tool_executions.order_by("created_at", "pk"):
+            executions[row.tool_call_id] = row  # the latest attempt per call id
+        entries = []
+        for message in obj.messages.order_by("sequence"):
+            calls = []
+            for call in message.tool_calls or []:
+                execution = executions.get(str(call.get("id", "")))
+                calls.append(
+                    {
+                        "id": call.get("id", ""),
+                        "name": call.get("name", ""),
+                        "arguments": _pretty(call.get("arguments", "")),
+                        "execution": execution,
+                        "execution_url": (
+                            _admin_url(execution) if execution is not None and show_audit else None
+                        ),
+                    }
+                )
+            responses = [
+                {
+                    "id": response.get("id", ""),
+                    "name": response.get("name", ""),
+                    "data": _pretty(response.get("response_data", "")),
+                    "is_error": bool(response.get("is_error")),
+                }
+                for response in message.tool_responses or []
+            ]
+            entries.append(
+                {
+                    "message": message,
+                    "role": message.get_role_display(),
+                    "text": _clip(message.text) if message.text else "",
+                    "tool_calls": calls,
+                    "tool_responses": responses,
+                    "usage": message.usage or {},
+                }
+            )
+        return entries
+
+
+# -- the audit ---------------------------------------------------------------------------------
+
+
+@admin.register(models.ToolExecution)
+class ToolExecutionAdmin(admin.ModelAdmin):
+    """The audit of tool calls: read-only, filterable; only superusers may delete rows."""
+
+    list_display = (
+        "tool_name",
+        "status",
+        "is_error",
+        "conversation_link",
+        "user",
+        "duration_ms",
+        "created_at",
+    )
+    list_filter = ("status", "is_error", "tool_name", "created_at")
+    list_select_related = ("conversation", "user")
+    date_hierarchy = "created_at"
+    search_fields = ("tool_name", "tool_call_id", "task_id")
+    # The audit grows without bound: skip the second COUNT(*) of the whole table per page.
+    show_full_result_count = False
+    readonly_fields = (
+        "tool_name",
+        "tool",
+        "tool_call_id",
+        "conversation",
+        "assistant_message",
+        "user",
+        "status",
+        "is_error",
+        "arguments_display",
+        "result_display",
+        "error_display",
+        "task_id",
+        "worker",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+    )
+    fieldsets = (
+        (
+            _("Call"),
+            {
+                "fields": (
+                    "tool_name",
+                    "tool",
+                    "tool_call_id",
+                    "conversation",
+                    "assistant_message",
+                    "user",
+                )
+            },
+        ),
+        (
+            _("Outcome"),
+            {"fields": ("status", "is_error", "arguments_display", "result_display")},
+        ),
+        (_("Operator detail"), {"fields": ("error_display", "task_id", "worker")}),
+        (_("Timing"), {"fields": ("created_at", "started_at", "finished_at", "duration_ms")}),
+    )
+
+    @admin.display(description=_("conversation"), ordering="conversation")
+    def conversation_link(self, obj: models.ToolExecution) -> str:
+        """The conversation, linked to its transcript."""
+        if obj.conversation is None:
+            return self.get_empty_value_display()
+        url = _admin_url(obj.conversation)
+        if url is None:
+            return str(obj.conversation)
+        return format_html('<a href="{}">{}</a>', url, obj.conversation)
+
+    @admin.display(description=_("arguments"))
+    def arguments_display(self, obj: models.ToolExecution) -> str:
+        """The arguments as the model sent them, indented when they are JSON."""
+        return _pre(obj.arguments) if obj.arguments else self.get_empty_value_display()
+
+    @admin.display(description=_("result"))
+    def result_display(self, obj: models.ToolExecution) -> str:
+        """What the model was told, escaped."""
+        return _pre(obj.result) if obj.result else self.get_empty_value_display()
+
+    @admin.display(description=_("error"))
+    def error_display(self, obj: models.ToolExecution) -> str:
+        """The exception and traceback (operators only; the model never sees it)."""
+        if not obj.error:
+            return self.get_empty_value_display()
+        return _pre(obj.error)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Audit rows are written by executions only."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """The audit is never edited."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Only superusers may delete audit rows (retention clean-up)."""
+        return bool(request.user.is_active and request.user.is_superuser)
