@@ -252,8 +252,10 @@ class DefaultToolCallingManager(ToolCallingManager):
             ToolArgumentsError, ToolResolutionError: bad arguments or unknown tool with strict
                 tool calls.
         """
-        generation = next((g for g in chat_response.generations if g.output.tool_calls), None)
-        if generation is None:
+        for generation in chat_response.generations:
+            if generation.output.tool_calls:
+                break
+        else:
             raise ValueError("No tool call requested by the chat model")
         assistant: AssistantMessage = generation.output
         calls = assistant.tool_calls
@@ -305,18 +307,22 @@ class DefaultToolCallingManager(ToolCallingManager):
             if isinstance(self.max_result_chars, EllipsisType)
             else self.max_result_chars
         )
-        for (index, call, callback), outcome in zip(jobs, outcomes, strict=True):
-            responses[index] = self._to_response(
-                call, callback, outcome, strict, max_chars, settings
-            )
         # Return-direct only when every call of the batch ran a return-direct tool. A call
         # answered with an unknown-tool, bad-arguments or limit text never ran, and that text is
         # for the model to act on, not an answer for the caller.
-        return_direct = (
-            len(jobs) == len(calls)
-            and all(cb.metadata.return_direct for _, _, cb in jobs)
-            and not any(isinstance(error, ToolArgumentsError) for _, error in outcomes)
-        )
+        return_direct = len(jobs) == len(calls)
+        for (index, call, callback), (result, error) in zip(jobs, outcomes, strict=True):
+            if return_direct and (
+                not callback.metadata.return_direct or isinstance(error, ToolArgumentsError)
+            ):
+                return_direct = False
+            if error is None:
+                result = "" if result is None else result
+                if max_chars is not None and len(result) > max_chars:
+                    result = _truncate(result, max_chars)
+                responses[index] = ToolResponse(call.id, call.name, result)
+            else:
+                responses[index] = self._error_response(call, callback, error, strict, max_chars)
 
         if breach is not None:
             index, tool_name, limit = breach
@@ -465,18 +471,14 @@ class DefaultToolCallingManager(ToolCallingManager):
             shared_futures.append(future)
         return [future.result() for future in shared_futures]
 
-    def _to_response(
+    def _error_response(
         self,
         call: ToolCall,
         callback: ToolCallback,
-        outcome: tuple[str | None, BaseException | None],
+        error: BaseException,
         strict: bool,
         max_chars: int | None,
-        settings: object,
     ) -> ToolResponse:
-        text, error = outcome
-        if error is None:
-            return ToolResponse(call.id, call.name, _truncate(text or "", max_chars))
         if isinstance(error, ToolArgumentsError):
             if strict:
                 raise error
