@@ -11,6 +11,10 @@ tool_calling.E004   ``EXECUTION["MODE"]`` is neither ``"inline"`` nor ``"celery"
 tool_calling.E005   ``EXECUTION["MODE"]`` is ``"celery"`` but ``CELERY_BROKER_URL`` is not set.
 tool_calling.E006   ``TOOL_CALLING``, or one of its dict-valued keys, is not a dict.
 tool_calling.E007   ``EXECUTION["MODE"]`` is ``"celery"`` but Celery is not installed.
+tool_calling.E008   A flag (``NEW_TOOLS_ENABLED``, ``STRICT_TOOL_CALLS``, ...) that is not
+                    ``True`` or ``False``.
+tool_calling.E009   A dotted path (``AUDIT_REDACTOR``) that does not import, or does not name
+                    a callable.
 =================== =======================================================================
 """
 
@@ -18,15 +22,18 @@ from __future__ import annotations
 
 import copy
 import difflib
+import importlib
 import importlib.util
+import pkgutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
-from tool_calling.conf import DEFAULTS, SETTING_NAME, settings
+from tool_calling.conf import DEFAULTS, IMPORT_STRINGS, SETTING_NAME, settings
 from tool_calling.core.execution.limits import ToolCallLimitBehavior
 
 __all__ = ["TAG", "check_settings"]
@@ -38,19 +45,25 @@ EXECUTION_MODES = ("inline", "celery")
 
 
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """Check ``settings.TOOL_CALLING``: known keys, valid limits, a usable execution mode."""
+    """Check ``settings.TOOL_CALLING``: keys, limits, flags, import paths, execution mode."""
     user = settings.user_settings
     if not isinstance(user, Mapping):
         return [Error(f"The value of {SETTING_NAME!r} must be a dict.", id="tool_calling.E006")]
     errors = _check_keys(user)
     values: dict[str, Any] = {}
     for key in DEFAULTS:
+        if key in IMPORT_STRINGS:
+            # Checked as written by _check_import_strings: reading the key would import it.
+            values[key] = user.get(key, DEFAULTS[key])
+            continue
         try:
             values[key] = getattr(settings, key)
         except ImproperlyConfigured as exc:
             errors.append(Error(str(exc), id="tool_calling.E006"))
             values[key] = copy.deepcopy(DEFAULTS[key])
     errors += _check_limits(values)
+    errors += _check_flags(values)
+    errors += _check_import_strings(values)
     errors += _check_execution(values["EXECUTION"])
     return errors
 
@@ -158,6 +171,89 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
         errors.append(_limit_error("MAX_RESULT_CHARS"))
     if not _is_positive_int(values["EXECUTION"]["MAX_CONCURRENT_CALLS"]):
         errors.append(_limit_error("EXECUTION", "MAX_CONCURRENT_CALLS", allow_none=False))
+    audit_max_chars = values["AUDIT_MAX_CHARS"]
+    if audit_max_chars is not None and not _is_positive_int(audit_max_chars):
+        errors.append(_limit_error("AUDIT_MAX_CHARS"))
+    if not _is_positive_int(values["MEMORY_MAX_MESSAGES"]):
+        errors.append(_limit_error("MEMORY_MAX_MESSAGES", allow_none=False))
+    return errors
+
+
+def _check_flags(values: Mapping[str, Any]) -> list[CheckMessage]:
+    # A string such as "False" is truthy: NEW_TOOLS_ENABLED = "False" would enable every tool.
+    return [
+        Error(f"The value of '{_path(key)}' must be True or False.", id="tool_calling.E008")
+        for key, default in DEFAULTS.items()
+        if isinstance(default, bool) and not isinstance(values[key], bool)
+    ]
+
+
+def _closest_import_path(path: str) -> str | None:
+    """Return ``path`` with its first part that does not resolve replaced by the closest name."""
+    parts = path.split(".")
+    obj: Any = None
+    index = 0
+    while index < len(parts):
+        try:
+            obj = importlib.import_module(".".join(parts[: index + 1]))
+        except Exception:
+            break
+        index += 1
+    if obj is None:
+        return None
+    while index < len(parts) and hasattr(obj, parts[index]):
+        obj = getattr(obj, parts[index])
+        index += 1
+    if index == len(parts):
+        return None
+    candidates = {name for name in dir(obj) if not name.startswith("_")}
+    if hasattr(obj, "__path__"):
+        candidates.update(module.name for module in pkgutil.iter_modules(obj.__path__))
+    matches = difflib.get_close_matches(parts[index], sorted(candidates), n=1)
+    return ".".join([*parts[:index], matches[0], *parts[index + 1 :]]) if matches else None
+
+
+def _check_import_strings(values: Mapping[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key in sorted(IMPORT_STRINGS):
+        value = values[key]
+        if value is None or callable(value):
+            continue
+        path = _path(key)
+        if not isinstance(value, str):
+            errors.append(
+                Error(
+                    f"The value of '{path}' must be a dotted import path, a callable or None.",
+                    id="tool_calling.E009",
+                )
+            )
+            continue
+        try:
+            imported = import_string(value)
+        except Exception as exc:  # a module that fails on import is a bad path, not a crash
+            closest = _closest_import_path(value)
+            errors.append(
+                Error(
+                    f"The value of '{path}' must be an importable dotted path; {value!r} could "
+                    f"not be imported ({type(exc).__name__}: {exc}).",
+                    hint=(
+                        f"Did you mean {closest!r}?"
+                        if closest
+                        else "Use the dotted path of a callable, e.g. 'myproject.audit.redact', "
+                        "or None."
+                    ),
+                    id="tool_calling.E009",
+                )
+            )
+            continue
+        if not callable(imported):
+            errors.append(
+                Error(
+                    f"The value of '{path}' must name a callable; {value!r} is a "
+                    f"{type(imported).__name__}.",
+                    id="tool_calling.E009",
+                )
+            )
     return errors
 
 

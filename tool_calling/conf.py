@@ -7,6 +7,8 @@ A project sets only the keys it changes, for example::
         "EXECUTION": {"MODE": "celery", "QUEUE": "tools"},
         "LIMITS": {"MAX_TOTAL_TOOL_CALLS": 50, "MAX_CALLS_PER_TOOL": {"web_search": 5}},
         "THROW_EXCEPTION_ON_ERROR": False,
+        "NEW_TOOLS_ENABLED": False,  # operators enable each new tool in the admin
+        "AUDIT_REDACTOR": "myproject.audit.redact",
     }
 
 and reads them as attributes::
@@ -21,6 +23,10 @@ merged one level deep with their defaults, so overriding one limit keeps the oth
 Django REST framework, which replaces a dict-valued setting whole. Values one level further
 down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``, ``MCP["SERVERS"]``) are
 taken as given.
+
+Keys listed in ``IMPORT_STRINGS`` (``AUDIT_REDACTOR``) take a dotted path, imported on first
+access (a callable or ``None`` is taken as given); a path that does not import raises an
+``ImportError`` naming the key, and the system checks report it at startup.
 
 Nothing is read at import time. Values are resolved on first access, cached, and the cache is
 dropped when ``TOOL_CALLING`` changes (``override_settings`` in tests). Unknown or misspelled
@@ -38,11 +44,12 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
 
 from tool_calling.core._settings import CoreSettings
 from tool_calling.core.execution.limits import ToolCallLimits
 
-__all__ = ["DEFAULTS", "ToolCallingSettings", "django_core_settings", "settings"]
+__all__ = ["DEFAULTS", "IMPORT_STRINGS", "ToolCallingSettings", "django_core_settings", "settings"]
 
 SETTING_NAME = "TOOL_CALLING"
 
@@ -120,9 +127,9 @@ DEFAULTS: dict[str, Any] = {
     # Longest arguments / result text kept in a ToolExecution audit row; longer ones are cut
     # with a note. None = keep everything.
     "AUDIT_MAX_CHARS": 10000,
-    # Dotted path of a callable (text: str, *, tool_name: str, field: str) -> str applied to
-    # tool arguments and results before they are stored in the audit (mask secrets there).
-    # None = store them as they are (after AUDIT_MAX_CHARS).
+    # Dotted path of (or the) callable (text: str, *, tool_name: str, field: str) -> str
+    # applied to a call's "arguments", "result" and "error" before they are stored in the
+    # audit, then cut to AUDIT_MAX_CHARS (mask secrets there). None = store them as they are.
     "AUDIT_REDACTOR": None,
     # --- Observability ----------------------------------------------------------------------
     # spring.ai.model.tool.observations.include-content: put tool arguments and results into
@@ -143,12 +150,33 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+IMPORT_STRINGS: frozenset[str] = frozenset({"AUDIT_REDACTOR"})
+"""Keys whose value may be a dotted path, imported when the key is first read."""
+
+
+def _perform_import(value: Any, key: str) -> Any:
+    """Return the object a dotted path names; anything that is not a string is returned as is.
+
+    Raises:
+        ImportError: the path does not import (the message names the key).
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        return import_string(value)
+    except ImportError as exc:
+        raise ImportError(
+            f"Could not import {value!r} for '{SETTING_NAME}[\"{key}\"]': {exc}"
+        ) from exc
+
+
 class ToolCallingSettings:
     """Lazy, cached attribute access to ``settings.TOOL_CALLING`` merged with ``DEFAULTS``.
 
     ``settings.LIMITS`` returns the defaults of ``LIMITS`` updated with the project's
-    ``TOOL_CALLING["LIMITS"]`` (one level deep; DRF replaces dicts whole instead). An unknown
-    attribute raises ``AttributeError`` naming it.
+    ``TOOL_CALLING["LIMITS"]`` (one level deep; DRF replaces dicts whole instead). Keys in
+    ``IMPORT_STRINGS`` return the imported object. An unknown attribute raises
+    ``AttributeError`` naming it.
     """
 
     def __init__(
@@ -185,6 +213,8 @@ class ToolCallingSettings:
                 value.update(override)
             else:
                 value = override
+        if attr in IMPORT_STRINGS:
+            value = _perform_import(value, attr)
         self._cached_attrs.add(attr)
         setattr(self, attr, value)
         return value

@@ -17,7 +17,6 @@ from typing import Any
 
 from django.db import close_old_connections
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from tool_calling import models
 from tool_calling.conf import settings as app_settings
@@ -37,7 +36,7 @@ from tool_calling.core.tools.context import ToolContext
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError, ToolExecutionException
 from tool_calling.registry import ToolRegistry
 from tool_calling.repositories import DjangoChatMemoryRepository
-from tool_calling.resolvers import GovernedTools
+from tool_calling.resolvers import GovernedTools, is_available_to
 
 __all__ = [
     "GovernedToolCallingManager",
@@ -58,10 +57,9 @@ class ToolNotAvailableError(ToolCallingError):
 
 
 def _redactor() -> Callable[..., str] | None:
-    path = app_settings.AUDIT_REDACTOR
-    if not path:
-        return None
-    return import_string(path) if isinstance(path, str) else path  # type: ignore[no-any-return]
+    # conf imports the dotted path on first access (IMPORT_STRINGS) and caches the callable.
+    redactor: Callable[..., str] | None = app_settings.AUDIT_REDACTOR
+    return redactor
 
 
 def audit_text(text: str | None, *, tool_name: str, field: str) -> str:
@@ -80,9 +78,9 @@ def audit_text(text: str | None, *, tool_name: str, field: str) -> str:
 class GovernedToolCallingManager(DefaultToolCallingManager):
     """Executes tool calls under governance and writes a ``ToolExecution`` row for each.
 
-    Before a tool runs its ``Tool`` row is read again (enabled, present), so an operator who
-    disables a tool after the model asked for it stops the call. Calls of tools the request does
-    not offer are refused and audited.
+    Before a tool runs its ``Tool`` row is read again (enabled, present, allowed for the user),
+    so an operator who disables or restricts a tool after the model asked for it stops the call.
+    Calls of tools the request does not offer are refused and audited.
     """
 
     def __init__(
@@ -101,6 +99,9 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
 
     def _audit(self, call: ToolCall, **fields: Any) -> models.ToolExecution:
         row = self.governed.rows.get(call.name)
+        if row is None:
+            # A Tool row whose code is gone (not in the registry) still links its refusals.
+            row = models.Tool.objects.filter(name=call.name).first()
         return models.ToolExecution.objects.create(
             conversation_id=self.conversation_id,
             assistant_message_id=_assistant_message_id.get(),
@@ -164,10 +165,12 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
     ) -> str:
         name = tool_call.name
-        if not models.Tool.objects.filter(name=name, enabled=True, missing=False).exists():
+        # Read again at call time (S2): the operator may have disabled, removed or restricted
+        # the tool after the model asked for it.
+        if not is_available_to(name, self.user):
             text = (
-                f"Tool {name!r} is not available: an operator disabled or removed it. "
-                "Do not call it again in this conversation."
+                f"Tool {name!r} is not available: an operator disabled, removed or restricted "
+                "it. Do not call it again in this conversation."
             )
             now = timezone.now()
             self._audit(

@@ -44,26 +44,47 @@ class ToolRegistry:
     def register(self, *objects: Any, source: str = "") -> list[ToolCallback]:
         """Register the tools of ``objects`` (anything ``tool_callbacks`` accepts).
 
+        All or nothing: when one tool is refused, none of ``objects`` is registered. Names that
+        differ only in case count as the same name (a model that mixes them up would run the
+        wrong tool). Registering the same tool from the same source again does nothing.
+
         Raises:
             ToolDefinitionError: a name is already registered (the message names both origins).
         """
         callbacks = tool_callbacks(*objects)
+        new: dict[str, RegisteredTool] = {}
         for callback in callbacks:
             name = callback.definition.name
             origin = _origin_of(callback)
-            existing = self._registry.get(name)
+            existing = self._same_name(name)
             if existing is not None:
-                if existing.origin == origin and existing.source == source:
+                existing_name = existing.callback.definition.name
+                same_tool = existing.origin == origin and existing.source == source
+                if existing_name == name and same_tool:
                     continue  # the same module imported twice
                 by = f"app {existing.source!r} " if existing.source else ""
+                if existing_name == name:
+                    problem = f"Tool {name!r} is already registered by {by}({existing.origin})"
+                else:
+                    problem = (
+                        f"Tool {name!r} differs only in case from tool {existing_name!r}, "
+                        f"registered by {by}({existing.origin})"
+                    )
                 raise ToolDefinitionError(
-                    f"Tool {name!r} is already registered by {by}({existing.origin}); "
-                    f"cannot register {origin}"
+                    f"{problem}; cannot register {origin}"
                     + (f" from app {source!r}" if source else "")
                     + ". Rename one with @tool(name=...)."
                 )
-            self._registry[name] = RegisteredTool(callback, source, origin)
+            new[name] = RegisteredTool(callback, source, origin)
+        self._registry.update(new)
         return callbacks
+
+    def _same_name(self, name: str) -> RegisteredTool | None:
+        entry = self._registry.get(name)
+        if entry is not None:
+            return entry
+        folded = name.casefold()
+        return next((e for n, e in self._registry.items() if n.casefold() == folded), None)
 
     def unregister(self, name: str) -> None:
         """Remove the tool named ``name``.

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
+
 from tool_calling import models
 from tool_calling.core.execution.limits import ToolCallLimits
 from tool_calling.core.execution.resolvers import ToolCallbackResolver
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.registry import ToolRegistry, registry
 
-__all__ = ["DatabaseToolCallbackResolver", "GovernedTools", "effective_limits"]
+__all__ = ["DatabaseToolCallbackResolver", "GovernedTools", "effective_limits", "is_available_to"]
 
 
 def _group_ids(user: Any) -> set[int] | None:
@@ -20,6 +22,19 @@ def _group_ids(user: Any) -> set[int] | None:
     if getattr(user, "is_superuser", False):
         return None
     return set(user.groups.values_list("pk", flat=True))
+
+
+def is_available_to(name: str, user: Any = None) -> bool:
+    """Return whether the ``Tool`` row ``name`` is enabled, present and allowed for ``user`` now.
+
+    One query, read at call time: the re-check before a call runs (an operator may have changed
+    the tool since the turn's snapshot).
+    """
+    tools = models.Tool.objects.filter(name=name, enabled=True, missing=False)
+    group_ids = _group_ids(user)
+    if group_ids is not None:
+        tools = tools.filter(Q(allowed_groups__isnull=True) | Q(allowed_groups__in=group_ids))
+    return tools.exists()
 
 
 class GovernedTools:
@@ -63,7 +78,13 @@ class GovernedTools:
 
 
 def effective_limits(base: ToolCallLimits, rows: Any = None) -> ToolCallLimits:
-    """Merge ``ToolLimitOverride`` rows into ``base``; exclusions add to ``excluded_tools``."""
+    """Merge ``ToolLimitOverride`` rows into ``base`` (the ``LIMITS`` from settings).
+
+    An override's exclusion adds the tool to ``excluded_tools``; its ``max_calls_per_turn``
+    replaces the tool's limit from settings, even when settings exclude the tool (the operator's
+    row wins over the deployed configuration). ``rows`` are ``Tool`` rows with their
+    ``limit_override`` loaded; ``None`` reads every override.
+    """
     if rows is None:
         overrides = models.ToolLimitOverride.objects.select_related("tool")
         pairs = [(o.tool.name, o) for o in overrides]
@@ -82,6 +103,8 @@ def effective_limits(base: ToolCallLimits, rows: Any = None) -> ToolCallLimits:
                 excluded.append(name)
         elif override.max_calls_per_turn is not None:
             per_tool[name] = override.max_calls_per_turn
+            if name in excluded:
+                excluded.remove(name)
     return ToolCallLimits(
         max_calls_per_tool=base.max_calls_per_tool,
         per_tool=per_tool,

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from tool_calling import models
@@ -34,7 +34,7 @@ class SyncReport:
     created: list[str] = field(default_factory=list)
     """Tools new in code."""
     changed: list[str] = field(default_factory=list)
-    """Tools whose description or schema changed."""
+    """Tools whose description, schema or source (the app defining them) changed."""
     missing: list[str] = field(default_factory=list)
     """Tools that vanished from code (kept, marked missing)."""
     restored: list[str] = field(default_factory=list)
@@ -94,6 +94,8 @@ def sync_tools(target: ToolRegistry | None = None, *, dry_run: bool = False) -> 
                 )
             if tool.source != entry.source:
                 fields["source"] = entry.source
+                if name not in report.changed:
+                    report.changed.append(name)
             if len(fields) == 1:
                 report.unchanged.append(name)
             if not dry_run:
@@ -107,7 +109,17 @@ def sync_tools(target: ToolRegistry | None = None, *, dry_run: bool = False) -> 
 
 
 def post_migrate_sync(sender: Any, **kwargs: Any) -> None:
-    """Sync tools after ``migrate`` (connected to ``post_migrate`` for this app only)."""
-    if kwargs.get("using", "default") != "default":
+    """Sync tools after ``migrate`` (connected to ``post_migrate`` for this app only).
+
+    Does nothing on databases other than ``default``, or when the migrated state has no
+    ``Tool`` table (``migrate tool_calling zero``), as ``contenttypes`` does.
+    """
+    if kwargs.get("using", DEFAULT_DB_ALIAS) != DEFAULT_DB_ALIAS:
         return
+    state_apps = kwargs.get("apps")
+    if state_apps is not None:
+        try:
+            state_apps.get_model("tool_calling", "Tool")
+        except LookupError:
+            return
     sync_tools()

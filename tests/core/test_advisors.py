@@ -883,9 +883,16 @@ def test_a_return_direct_turn_with_memory_inside_leaves_a_history_the_model_acce
     client.prompt("Thanks").call()
 
     assert first == "Order A1: shipped"
-    # The tool call was stored, but its result went to the caller, never to memory: the next
-    # request must not carry a tool call without its response (a model API rejects that).
-    assert model.requests[1].messages == [UserMessage("Where is A1?"), UserMessage("Thanks")]
+    # The loop ended the turn itself; the advisor inside it still stored the tool's response and
+    # the answer the caller got, so the next request carries the whole, valid exchange.
+    call = ToolCall("call_1", "lookup_order", '{"order_id":"A1"}')
+    assert model.requests[1].messages == [
+        UserMessage("Where is A1?"),
+        assistant(1, call),
+        answered(ToolResponse("call_1", "lookup_order", "Order A1: shipped")),
+        AssistantMessage("Order A1: shipped"),
+        UserMessage("Thanks"),
+    ]
 
 
 def test_a_limit_breach_with_memory_inside_leaves_a_history_the_model_accepts() -> None:
@@ -912,4 +919,14 @@ def test_a_limit_breach_with_memory_inside_leaves_a_history_the_model_accepts() 
     client.prompt("Never mind").call()
 
     assert first is not None and first.has_finish_reasons("toolCallLimitExceeded")
-    assert model.requests[1].messages == [UserMessage("Weather?"), UserMessage("Never mind")]
+    # Both calls are answered in memory (the second with the breach text), then the breach
+    # answer: a history the model API accepts.
+    breach = (
+        "Tool call limit (1) exceeded for tool 'get_weather'. "
+        "No further calls to this tool are allowed in this turn."
+    )
+    stored = model.requests[1].messages
+    assert stored[0] == UserMessage("Weather?")
+    assert [r.is_error for r in stored[2].responses] == [False, True]
+    assert stored[2].responses[1].response_data == breach
+    assert stored[3:] == [AssistantMessage(breach), UserMessage("Never mind")]

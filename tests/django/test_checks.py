@@ -6,12 +6,15 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from tool_calling import checks
+from tool_calling.conf import DEFAULTS
 
 ACCEPTED_KEYS = (
-    "CHAT_MODEL, EXECUTION, LIMITS, MAX_RESULT_CHARS, MCP, OBSERVATIONS_INCLUDE_CONTENT, "
+    "AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, EXECUTION, LIMITS, MAX_RESULT_CHARS, MCP, "
+    "MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, OBSERVATIONS_INCLUDE_CONTENT, "
     "RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
     "TOOL_CALLING_ADVISOR_AUTO_REGISTER, TOOL_SEARCH"
 )
+REDACTOR = """TOOL_CALLING["AUDIT_REDACTOR"]"""
 
 
 def run(tool_calling):
@@ -41,6 +44,11 @@ def test_a_full_valid_configuration_passes():
                     "ON_LIMIT_EXCEEDED": "RETURN_ERROR_RESPONSE",
                 },
                 "MAX_RESULT_CHARS": None,
+                "NEW_TOOLS_ENABLED": False,
+                "AUDIT_MAX_CHARS": None,
+                "AUDIT_REDACTOR": "tests.fixtures.redactors.redact",
+                "MEMORY_MAX_MESSAGES": 1,
+                "STRICT_TOOL_CALLS": True,
             }
         )
         == []
@@ -197,6 +205,23 @@ def test_e003_max_result_chars_and_max_concurrent_calls():
     ]
 
 
+@pytest.mark.parametrize("value", [0, -5, True, "100", 2.5])
+def test_e003_audit_max_chars_must_be_a_positive_integer_or_none(value):
+    assert run({"AUDIT_MAX_CHARS": value}) == [
+        e003(
+            """The value of 'TOOL_CALLING["AUDIT_MAX_CHARS"]' must be a positive integer """
+            "or None."
+        )
+    ]
+
+
+@pytest.mark.parametrize("value", [None, 0, False, "20"])
+def test_e003_memory_max_messages_must_be_a_positive_integer(value):
+    assert run({"MEMORY_MAX_MESSAGES": value}) == [
+        e003("""The value of 'TOOL_CALLING["MEMORY_MAX_MESSAGES"]' must be a positive integer.""")
+    ]
+
+
 def test_e003_reports_every_bad_limit_at_once():
     ids = [
         error.id
@@ -279,3 +304,109 @@ def test_e006_dict_setting_is_not_a_dict_and_the_rest_is_still_checked():
             id="tool_calling.E004",
         ),
     ]
+
+
+# --- E008: flags ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["False", 0, 1, None])
+def test_e008_new_tools_enabled_must_be_a_bool(value):
+    """A string "False" is truthy: it would enable every new tool."""
+    assert run({"NEW_TOOLS_ENABLED": value}) == [
+        Error(
+            """The value of 'TOOL_CALLING["NEW_TOOLS_ENABLED"]' must be True or False.""",
+            id="tool_calling.E008",
+        )
+    ]
+
+
+def test_e008_applies_to_every_flag():
+    flags = [
+        "THROW_EXCEPTION_ON_ERROR",
+        "STRICT_TOOL_CALLS",
+        "RESOLUTION_FALLBACK_ENABLED",
+        "TOOL_CALLING_ADVISOR_AUTO_REGISTER",
+        "NEW_TOOLS_ENABLED",
+        "OBSERVATIONS_INCLUDE_CONTENT",
+    ]
+    errors = run(dict.fromkeys(flags, "yes"))
+    assert [(error.id, error.msg) for error in errors] == [
+        ("tool_calling.E008", f"""The value of 'TOOL_CALLING["{flag}"]' must be True or False.""")
+        for flag in sorted(flags, key=list(DEFAULTS).index)
+    ]
+
+
+# --- E009: import strings ------------------------------------------------------------------
+
+
+def test_e009_passes_a_path_a_callable_and_none():
+    assert run({"AUDIT_REDACTOR": "tests.fixtures.redactors.redact"}) == []
+    assert run({"AUDIT_REDACTOR": lambda text, **kwargs: text}) == []
+    assert run({"AUDIT_REDACTOR": None}) == []
+
+
+def test_e009_missing_attribute_with_a_close_match():
+    assert run({"AUDIT_REDACTOR": "tests.fixtures.redactors.redcat"}) == [
+        Error(
+            f"The value of '{REDACTOR}' must be an importable dotted path; "
+            "'tests.fixtures.redactors.redcat' could not be imported (ImportError: Module "
+            '"tests.fixtures.redactors" does not define a "redcat" attribute/class).',
+            hint="Did you mean 'tests.fixtures.redactors.redact'?",
+            id="tool_calling.E009",
+        )
+    ]
+
+
+def test_e009_missing_module_with_a_close_match_keeps_the_rest_of_the_path():
+    assert run({"AUDIT_REDACTOR": "tests.fixtures.redactor.redact"}) == [
+        Error(
+            f"The value of '{REDACTOR}' must be an importable dotted path; "
+            "'tests.fixtures.redactor.redact' could not be imported (ModuleNotFoundError: No "
+            "module named 'tests.fixtures.redactor').",
+            hint="Did you mean 'tests.fixtures.redactors.redact'?",
+            id="tool_calling.E009",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("nosuchpackage.redact", "ModuleNotFoundError: No module named 'nosuchpackage'"),
+        ("redact", "ImportError: redact doesn't look like a module path"),
+    ],
+)
+def test_e009_without_a_close_match_says_what_to_give(value, reason):
+    assert run({"AUDIT_REDACTOR": value}) == [
+        Error(
+            f"The value of '{REDACTOR}' must be an importable dotted path; {value!r} could not "
+            f"be imported ({reason}).",
+            hint="Use the dotted path of a callable, e.g. 'myproject.audit.redact', or None.",
+            id="tool_calling.E009",
+        )
+    ]
+
+
+def test_e009_the_path_must_name_a_callable():
+    assert run({"AUDIT_REDACTOR": "tests.fixtures.redactors.NOT_CALLABLE"}) == [
+        Error(
+            f"The value of '{REDACTOR}' must name a callable; "
+            "'tests.fixtures.redactors.NOT_CALLABLE' is a str.",
+            id="tool_calling.E009",
+        )
+    ]
+
+
+def test_e009_a_value_that_is_neither_a_path_nor_a_callable():
+    assert run({"AUDIT_REDACTOR": 42}) == [
+        Error(
+            f"The value of '{REDACTOR}' must be a dotted import path, a callable or None.",
+            id="tool_calling.E009",
+        )
+    ]
+
+
+def test_e009_does_not_crash_the_other_checks():
+    """Reading the settings for the other checks never imports the bad path."""
+    ids = [e.id for e in run({"AUDIT_REDACTOR": "nope.nope", "AUDIT_MAX_CHARS": 0})]
+    assert ids == ["tool_calling.E003", "tool_calling.E009"]

@@ -11,7 +11,13 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from tool_calling.conf import DEFAULTS, ToolCallingSettings, django_core_settings, settings
+from tool_calling.conf import (
+    DEFAULTS,
+    IMPORT_STRINGS,
+    ToolCallingSettings,
+    django_core_settings,
+    settings,
+)
 from tool_calling.core import _settings as core_settings_module
 from tool_calling.core._settings import CoreSettings
 from tool_calling.core.execution.limits import ToolCallLimitBehavior, ToolCallLimits
@@ -65,6 +71,32 @@ def test_documented_defaults():
     assert DEFAULTS["TOOL_SEARCH"] == {"ENABLED": False, "MAX_RESULTS": 5}
     assert DEFAULTS["MCP"] == {"SERVERS": {}}
     assert DEFAULTS["MAX_RESULT_CHARS"] == 65536
+    assert DEFAULTS["MEMORY_MAX_MESSAGES"] == 100
+    assert DEFAULTS["NEW_TOOLS_ENABLED"] is True
+    assert DEFAULTS["AUDIT_MAX_CHARS"] == 10000
+    assert DEFAULTS["AUDIT_REDACTOR"] is None
+
+
+def test_every_key_is_documented_by_a_comment_beside_its_default():
+    """conf.py has a comment right above each scalar key and each key of a dict-valued one."""
+    source = (ROOT / "tool_calling" / "conf.py").read_text()
+    lines = source[source.index("DEFAULTS: dict") : source.index("IMPORT_STRINGS:")].splitlines()
+
+    def documented(index):
+        above = lines[index - 1].strip()
+        return above.startswith("#") and not above.startswith("# ---")
+
+    for key, default in DEFAULTS.items():
+        (start,) = [n for n, line in enumerate(lines) if line.startswith(f'    "{key}":')]
+        if not isinstance(default, dict):
+            assert documented(start), key
+            continue
+        end = lines.index("    },", start)
+        for sub_key in default:
+            (index,) = [
+                n for n in range(start, end) if lines[n].startswith(f'        "{sub_key}":')
+            ]
+            assert documented(index), f"{key}[{sub_key}]"
 
 
 def test_the_defaults_agree_with_the_core_defaults():
@@ -144,6 +176,42 @@ def test_dict_setting_that_is_not_a_dict_is_improperly_configured():
     with override_settings(TOOL_CALLING={"LIMITS": 5}):
         with pytest.raises(ImproperlyConfigured, match=re.escape(msg)):
             settings.LIMITS  # noqa: B018
+
+
+# --- Import strings ------------------------------------------------------------------------
+
+
+def test_audit_redactor_is_imported_on_first_access_and_cached():
+    from tests.fixtures.redactors import redact
+
+    with override_settings(TOOL_CALLING={"AUDIT_REDACTOR": "tests.fixtures.redactors.redact"}):
+        assert settings.AUDIT_REDACTOR is redact
+        assert "AUDIT_REDACTOR" in settings._cached_attrs
+    assert settings.AUDIT_REDACTOR is None
+
+
+def test_audit_redactor_takes_a_callable_as_given():
+    def mine(text, *, tool_name, field):
+        return text
+
+    with override_settings(TOOL_CALLING={"AUDIT_REDACTOR": mine}):
+        assert settings.AUDIT_REDACTOR is mine
+
+
+def test_an_audit_redactor_that_does_not_import_names_the_setting():
+    msg = (
+        "Could not import 'tests.fixtures.redactors.nope' for "
+        """'TOOL_CALLING["AUDIT_REDACTOR"]': Module "tests.fixtures.redactors" does not """
+        'define a "nope" attribute/class'
+    )
+    with override_settings(TOOL_CALLING={"AUDIT_REDACTOR": "tests.fixtures.redactors.nope"}):
+        with pytest.raises(ImportError, match=re.escape(msg)):
+            settings.AUDIT_REDACTOR  # noqa: B018
+
+
+def test_import_strings_are_the_documented_ones():
+    assert IMPORT_STRINGS == {"AUDIT_REDACTOR"}
+    assert set(IMPORT_STRINGS) <= set(DEFAULTS)
 
 
 def test_importing_the_django_glue_reads_no_settings():

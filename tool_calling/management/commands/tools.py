@@ -73,7 +73,9 @@ class Command(BaseCommand):
                 raise CommandError(f"No user named {username!r}.") from None
         governed = GovernedTools(user)
         manager = GovernedToolCallingManager(governed=governed, user=user)
-        options = ToolCallingChatOptions(tool_callbacks=governed.callbacks())
+        # The same server-side context a governed chat turn gives its tools.
+        context = {"user_id": user.pk} if user is not None else {}
+        options = ToolCallingChatOptions(tool_callbacks=governed.callbacks(), tool_context=context)
         call = ToolCall(f"cli_{uuid.uuid4().hex[:12]}", name, arguments)
         response = ChatResponse([Generation(AssistantMessage(None, [call]))])
         try:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tool_calling.core.chat.messages import Message
 from tool_calling.core.chat.prompt import Prompt
 from tool_calling.core.chat.response import ChatResponse
 
@@ -74,6 +75,17 @@ class Advisor(ABC):  # noqa: B024 - every hook has a pass-through default
     ) -> Iterator[ChatClientResponse]:
         """Handle a streaming call; the default passes it on."""
         return chain.next_stream(request)
+
+    def loop_ended(  # noqa: B027 - an optional hook, empty by default
+        self, request: ChatClientRequest, messages: Sequence[Message]
+    ) -> None:
+        """Called on advisors inside a tool loop when the loop ends a turn itself.
+
+        Return-direct results, a limit breach or the round limit end a turn without another
+        model call, so advisors below the loop never see how it ended. ``messages`` are the tool
+        responses (one per call of the last assistant message) and the final assistant
+        message(s). ``request`` is the last request that went down the chain. Default: nothing.
+        """
 
 
 class AdvisorChain:

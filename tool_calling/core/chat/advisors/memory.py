@@ -80,6 +80,11 @@ class MessageChatMemoryAdvisor(Advisor):
         if answers:
             self.chat_memory.add(conversation_id, answers)
 
+    def loop_ended(self, request: ChatClientRequest, messages: Sequence[Message]) -> None:
+        """Store how a turn the tool loop ended itself finished (responses and answer)."""
+        if messages:
+            self.chat_memory.add(self._conversation_id(request), list(messages))
+
     def advise_call(self, request: ChatClientRequest, chain: AdvisorChain) -> ChatClientResponse:
         """Add memory to the prompt, call on, and store the answer."""
         request, conversation_id = self._before(request)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,14 @@ from tool_calling.core.chat.advisors.base import (
     ChatClientRequest,
     ChatClientResponse,
 )
-from tool_calling.core.chat.messages import AssistantMessage, Message, SystemMessage
+from tool_calling.core.chat.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolResponse,
+    ToolResponseMessage,
+)
 from tool_calling.core.chat.prompt import Prompt
 from tool_calling.core.chat.response import ChatResponse, Generation
 from tool_calling.core.execution.eligibility import (
@@ -119,7 +126,11 @@ class ToolCallingAdvisor(Advisor):
         return state.request.with_prompt(Prompt(messages, prompt.options))
 
     def _after_model(
-        self, state: LoopState, response: ChatClientResponse
+        self,
+        state: LoopState,
+        response: ChatClientResponse,
+        chain: AdvisorChain,
+        request: ChatClientRequest,
     ) -> tuple[ChatClientResponse | None, ChatClientRequest | None]:
         """Decide what follows a model response: ``(final, None)`` or ``(None, next_request)``.
 
@@ -143,17 +154,37 @@ class ToolCallingAdvisor(Advisor):
                 [Generation(AssistantMessage(text), finish_reason=TOOL_ROUNDS_EXCEEDED)],
                 metadata=dict(chat_response.metadata),
             )
+            calls = _calls_of(chat_response)
+            not_run = "Not run: the tool round limit of this turn was reached."
+            _loop_ended(
+                chain,
+                request,
+                [_answer_all(calls, [], not_run), *_outputs(final)],
+            )
             return ChatClientResponse(final, response.context), None
         prompt = Prompt(state.history, options)
         try:
             result = self.tool_calling_manager.execute_tool_calls(prompt, chat_response)
         except ToolCallLimitExceededException as exc:
             final = ChatResponse([exc.build_generation()], metadata=dict(chat_response.metadata))
+            partial = exc.partial_result.tool_responses if exc.partial_result else None
+            not_run = "Not run: the tool call limit of this turn was reached."
+            _loop_ended(
+                chain,
+                request,
+                [
+                    _answer_all(
+                        _calls_of(chat_response), partial.responses if partial else [], not_run
+                    ),
+                    *_outputs(final),
+                ],
+            )
             return ChatClientResponse(final, response.context), None
         if result.return_direct:
             final = ChatResponse(
                 ToolExecutionResult.build_generations(result), metadata=dict(chat_response.metadata)
             )
+            _loop_ended(chain, request, [result.conversation_history[-1], *_outputs(final)])
             return ChatClientResponse(final, response.context), None
         return None, self._next_request(state, result)
 
@@ -175,7 +206,7 @@ class ToolCallingAdvisor(Advisor):
             current = self.before_call(current, chain)
             state.rounds += 1
             response = self.after_call(chain.next_call(current), chain)
-            final, following = self._after_model(state, response)
+            final, following = self._after_model(state, response, chain, current)
             if final is not None:
                 return self.finalize_loop(self._with_usage(state, final), chain)
             assert following is not None
@@ -203,7 +234,7 @@ class ToolCallingAdvisor(Advisor):
                     if text_only is not None:
                         yield ChatClientResponse(text_only, context)
             response = self.after_call(ChatClientResponse(aggregate(chunks), context), chain)
-            final, following = self._after_model(state, response)
+            final, following = self._after_model(state, response, chain, current)
             if final is not None:
                 built_by_loop = final is not response
                 final = self.finalize_loop(self._with_usage(state, final), chain)
@@ -218,6 +249,40 @@ class ToolCallingAdvisor(Advisor):
                 return
             assert following is not None
             current = following
+
+
+def _calls_of(chat_response: ChatResponse) -> list[ToolCall]:
+    for generation in chat_response.generations:
+        if generation.output.tool_calls:
+            return list(generation.output.tool_calls)
+    return []
+
+
+def _answer_all(
+    calls: Sequence[ToolCall], responses: Sequence[ToolResponse], not_run: str
+) -> ToolResponseMessage:
+    """A response for every call: the ones given, and ``not_run`` errors for the rest."""
+    answered = {r.id for r in responses}
+    return ToolResponseMessage(
+        [
+            *responses,
+            *(
+                ToolResponse(c.id, c.name, not_run, is_error=True)
+                for c in calls
+                if c.id not in answered
+            ),
+        ]
+    )
+
+
+def _outputs(chat_response: ChatResponse) -> list[Message]:
+    return [g.output for g in chat_response.generations]
+
+
+def _loop_ended(chain: AdvisorChain, request: ChatClientRequest, messages: list[Message]) -> None:
+    """Tell the advisors inside the loop how a turn the loop ended itself finished."""
+    for advisor in chain.advisors:
+        advisor.loop_ended(request, messages)
 
 
 def _text_chunk(chat_response: ChatResponse) -> ChatResponse | None:
