@@ -7,7 +7,9 @@ Everything the library raises on purpose derives from :class:`ToolCallingError`:
      ├── ToolResolutionError (LookupError)  a tool name that nothing resolves
      ├── ToolArgumentsError (ValueError)    the model's arguments are not JSON or fail the
      │                                      schema (raised only with STRICT_TOOL_CALLS)
-     ├── ToolExecutionException             a tool raised; .tool_definition, .cause
+     ├── ToolFailure                        raised by a tool on purpose: its message goes to the
+ │                                      model as an error response, never re-raised
+ ├── ToolExecutionException             a tool raised; .tool_definition, .cause
      ├── ToolCallLimitExceededException     .tool_name, .limit, .partial_result
      └── ChatModelError                     the model API failed after the SDK's retries;
           │                                 .status_code, .request_id, .retry_after
@@ -41,6 +43,7 @@ __all__ = [
     "ToolCallingError",
     "ToolDefinitionError",
     "ToolExecutionException",
+    "ToolFailure",
     "ToolResolutionError",
 ]
 
@@ -68,6 +71,15 @@ class ToolArgumentsError(ToolCallingError, ValueError):
         super().__init__(message)
         self.tool_name = tool_name
         """The tool whose arguments were rejected."""
+
+
+class ToolFailure(ToolCallingError):
+    """Raise from a tool to tell the model the call failed, with a message meant for it.
+
+    ``raise ToolFailure("Order A1 is already shipped; it cannot be cancelled.")`` becomes an
+    ``is_error`` tool response with exactly that text. Unlike other exceptions it is expected:
+    it is logged without a traceback and never re-raised by the exception processor.
+    """
 
 
 class ToolExecutionException(ToolCallingError):

@@ -33,7 +33,7 @@ from tool_calling.core.execution.manager import DefaultToolCallingManager
 from tool_calling.core.execution.result import ToolExecutionResult
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
-from tool_calling.exceptions import ToolArgumentsError, ToolCallingError, ToolExecutionException
+from tool_calling.exceptions import ToolArgumentsError, ToolExecutionException, ToolFailure
 from tool_calling.registry import ToolRegistry
 from tool_calling.repositories import DjangoChatMemoryRepository
 from tool_calling.resolvers import GovernedTools, is_available_to
@@ -52,7 +52,7 @@ _assistant_message_id: contextvars.ContextVar[int | None] = contextvars.ContextV
 )
 
 
-class ToolNotAvailableError(ToolCallingError):
+class ToolNotAvailableError(ToolFailure):
     """A tool was disabled, removed or forbidden between the model's request and the call."""
 
 

@@ -10,6 +10,8 @@ from tool_calling import models
 from tool_calling.core.execution.limits import ToolCallLimits
 from tool_calling.core.execution.resolvers import ToolCallbackResolver
 from tool_calling.core.tools.callback import ToolCallback
+from tool_calling.core.tools.context import ToolContext
+from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
 from tool_calling.registry import ToolRegistry, registry
 
 __all__ = ["DatabaseToolCallbackResolver", "GovernedTools", "effective_limits", "is_available_to"]
@@ -35,6 +37,32 @@ def is_available_to(name: str, user: Any = None) -> bool:
     if group_ids is not None:
         tools = tools.filter(Q(allowed_groups__isnull=True) | Q(allowed_groups__in=group_ids))
     return tools.exists()
+
+
+class OperatorSettingsToolCallback(ToolCallback):
+    """A registered tool with the metadata an operator set in the admin (return-direct)."""
+
+    def __init__(self, delegate: ToolCallback, return_direct: bool) -> None:
+        self.delegate = delegate
+        self._metadata = ToolMetadata(return_direct=return_direct)
+
+    @property
+    def definition(self) -> ToolDefinition:
+        """The delegate's definition."""
+        return self.delegate.definition
+
+    @property
+    def metadata(self) -> ToolMetadata:
+        """The operator's return-direct setting."""
+        return self._metadata
+
+    def call(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
+        """Run the delegate."""
+        return self.delegate.call(tool_input, tool_context)
+
+    async def acall(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
+        """Run the delegate (async)."""
+        return await self.delegate.acall(tool_input, tool_context)
 
 
 class GovernedTools:
@@ -64,6 +92,8 @@ class GovernedTools:
                 continue
             callback = self.registry.get(name)
             if callback is not None:
+                if callback.metadata.return_direct != row.return_direct:
+                    callback = OperatorSettingsToolCallback(callback, row.return_direct)
                 self.available[name] = callback
 
     def callbacks(self, names: list[str] | None = None) -> list[ToolCallback]:

@@ -450,3 +450,38 @@ def test_unsupported_parameter_types_raise_at_definition() -> None:
         info.value
     )
     assert "parameter 'items' has unsupported type Iterator[int] (an iterator)" in str(info.value)
+
+
+def test_tool_failure_sends_its_message_and_is_never_rethrown() -> None:
+    """ToolFailure is a tool's message for the model: an error response, even with always_throw."""
+    from tool_calling import (
+        AssistantMessage,
+        ChatResponse,
+        DefaultToolCallingManager,
+        DefaultToolExecutionExceptionProcessor,
+        Generation,
+        Prompt,
+        ToolCall,
+        ToolCallingChatOptions,
+        ToolResponse,
+        tool,
+        tool_callbacks,
+    )
+    from tool_calling.exceptions import ToolFailure
+
+    @tool
+    def cancel(order: str) -> str:
+        """Cancel an order."""
+        raise ToolFailure(f"Order {order} already shipped; it cannot be cancelled.")
+
+    manager = DefaultToolCallingManager(
+        exception_processor=DefaultToolExecutionExceptionProcessor(always_throw=True)
+    )
+    options = ToolCallingChatOptions(tool_callbacks=tool_callbacks(cancel))
+    response = ChatResponse(
+        [Generation(AssistantMessage(None, [ToolCall("c1", "cancel", '{"order": "A1"}')]))]
+    )
+    result = manager.execute_tool_calls(Prompt("Cancel A1", options), response)
+    assert result.conversation_history[-1].responses == [
+        ToolResponse("c1", "cancel", "Order A1 already shipped; it cannot be cancelled.", True)
+    ]

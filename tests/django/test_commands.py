@@ -316,3 +316,20 @@ def test_chat_model_failure_is_a_command_error_and_the_question_is_kept():
     )
     conversation = models.Conversation.objects.get()
     assert stored(conversation) == [UserMessage("Hello")]
+
+
+@pytest.mark.django_db
+def test_chat_refuses_to_continue_another_users_conversation():
+    from django.contrib.auth.models import User
+    from django.core.management import CommandError, call_command
+
+    from tool_calling import models
+
+    User.objects.create_user("alice")
+    bob = User.objects.create_user("bob")
+    conversation = models.Conversation.objects.create(owner=bob, title="bob's")
+    with pytest.raises(CommandError) as caught:
+        call_command("chat", "hi", "--user", "alice", "--conversation", str(conversation.pk))
+    assert str(caught.value) == (
+        f"Conversation {conversation.pk} belongs to another user; 'alice' cannot continue it."
+    )

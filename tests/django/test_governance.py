@@ -770,3 +770,33 @@ def test_parallel_calls_on_pool_threads_are_governed_audited_and_kept_in_order()
         ("call_2", "refused", conversation.messages.get(sequence=2).pk),
         ("call_3", "succeeded", conversation.messages.get(sequence=2).pk),
     ]
+
+
+# --- operator settings that change how a call ends -------------------------------------------
+
+
+def test_return_direct_set_by_an_operator_applies_on_the_next_turn(governed, conversation):
+    """The admin's return_direct wins over the code's: the result goes straight to the user."""
+    models.Tool.objects.filter(name="lookup").update(return_direct=True)
+    model = ScriptedChatModel([tool_call("lookup", city="Oslo")])
+    assert turn(model, governed, conversation=conversation) == "Found Oslo"
+    assert model.remaining_steps == 0  # no second model call
+
+    models.Tool.objects.filter(name="lookup").update(return_direct=False)
+    model = ScriptedChatModel([tool_call("lookup", city="Oslo"), text("It is Oslo")])
+    assert turn(model, governed, conversation=conversation) == "It is Oslo"
+
+
+@override_settings(TOOL_CALLING={"THROW_EXCEPTION_ON_ERROR": True})
+def test_a_refusal_is_told_to_the_model_even_when_exceptions_are_rethrown(governed, conversation):
+    """A refusal is governance, not a tool failure: THROW_EXCEPTION_ON_ERROR does not end the turn."""
+
+    def disable_then_call(prompt):
+        models.Tool.objects.filter(name="lookup").update(enabled=False)
+        return tool_call("lookup", city="Oslo")
+
+    model = ScriptedChatModel([disable_then_call, text("Understood")])
+    assert turn(model, governed, conversation=conversation) == "Understood"
+    assert last_responses(model) == [
+        ToolResponse("call_1", "lookup", NOT_AVAILABLE.format("lookup"), True)
+    ]

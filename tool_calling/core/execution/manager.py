@@ -45,6 +45,7 @@ from tool_calling.exceptions import (
     ToolArgumentsError,
     ToolCallLimitExceededException,
     ToolExecutionException,
+    ToolFailure,
     ToolResolutionError,
 )
 
@@ -479,6 +480,10 @@ class DefaultToolCallingManager(ToolCallingManager):
         strict: bool,
         max_chars: int | None,
     ) -> ToolResponse:
+        failure = error.cause if isinstance(error, ToolExecutionException) else error
+        if isinstance(failure, ToolFailure):
+            logger.info("Tool %s (call %s) failed: %s", _quote_name(call.name), call.id, failure)
+            return ToolResponse(call.id, call.name, _truncate(str(failure), max_chars), True)
         if isinstance(error, ToolArgumentsError):
             if strict:
                 raise error

@@ -88,6 +88,18 @@ class Command(BaseCommand):
         if conversation_id is None:
             return models.Conversation.objects.create(owner=user, title=message[:200])
         try:
-            return models.Conversation.objects.get(pk=uuid.UUID(conversation_id))
+            conversation = models.Conversation.objects.get(pk=uuid.UUID(conversation_id))
         except (ValueError, models.Conversation.DoesNotExist):
             raise CommandError(f"No conversation with id {conversation_id!r}.") from None
+        owner_id = conversation.owner_id
+        if (
+            user is not None
+            and owner_id is not None
+            and owner_id != user.pk
+            and not user.is_superuser
+        ):
+            raise CommandError(
+                f"Conversation {conversation_id} belongs to another user; "
+                f"{user.get_username()!r} cannot continue it."
+            )
+        return conversation
