@@ -789,7 +789,7 @@ def test_return_direct_set_by_an_operator_applies_on_the_next_turn(governed, con
 
 @override_settings(TOOL_CALLING={"THROW_EXCEPTION_ON_ERROR": True})
 def test_a_refusal_is_told_to_the_model_even_when_exceptions_are_rethrown(governed, conversation):
-    """A refusal is governance, not a tool failure: THROW_EXCEPTION_ON_ERROR does not end the turn."""
+    """A refusal is governance: THROW_EXCEPTION_ON_ERROR does not end the turn."""
 
     def disable_then_call(prompt):
         models.Tool.objects.filter(name="lookup").update(enabled=False)
