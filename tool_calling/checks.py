@@ -176,6 +176,8 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
         errors.append(_limit_error("AUDIT_MAX_CHARS"))
     if not _is_positive_int(values["MEMORY_MAX_MESSAGES"]):
         errors.append(_limit_error("MEMORY_MAX_MESSAGES", allow_none=False))
+    if not _is_positive_int(values["CONVERSATION_TURN_TIMEOUT"]):
+        errors.append(_limit_error("CONVERSATION_TURN_TIMEOUT", allow_none=False))
     return errors
 
 

@@ -119,6 +119,10 @@ DEFAULTS: dict[str, Any] = {
     # request that has none.
     "TOOL_CALLING_ADVISOR_AUTO_REGISTER": True,
     # --- Governance and audit ---------------------------------------------------------------
+    # Seconds a turn may hold its conversation: a second message to the same conversation is
+    # refused (ConversationBusyError) until the first turn ends, or until this long after it
+    # started (a crashed turn never blocks a conversation for good).
+    "CONVERSATION_TURN_TIMEOUT": 900,
     # Messages of a stored conversation sent to the model at most (the newest ones; a tool
     # call is never separated from its responses).
     "MEMORY_MAX_MESSAGES": 100,

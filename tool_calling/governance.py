@@ -7,20 +7,30 @@ API) builds its client here, so governance is enforced on every path.
 from __future__ import annotations
 
 import contextvars
+import datetime
 import logging
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import close_old_connections
+from django.db.models import Q
 from django.utils import timezone
 
 from tool_calling import models
 from tool_calling.conf import settings as app_settings
 from tool_calling.core._settings import core_settings
+from tool_calling.core.chat.advisors.base import (
+    HIGHEST_PRECEDENCE,
+    Advisor,
+    AdvisorChain,
+    ChatClientRequest,
+    ChatClientResponse,
+)
 from tool_calling.core.chat.advisors.memory import MessageChatMemoryAdvisor
 from tool_calling.core.chat.advisors.tool_calling import ToolCallingAdvisor
 from tool_calling.core.chat.client import ChatClient, ChatClientBuilder
@@ -33,13 +43,21 @@ from tool_calling.core.execution.manager import DefaultToolCallingManager
 from tool_calling.core.execution.result import ToolExecutionResult
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
-from tool_calling.exceptions import ToolArgumentsError, ToolExecutionException, ToolFailure
+from tool_calling.exceptions import (
+    ToolArgumentsError,
+    ToolCallingError,
+    ToolExecutionException,
+    ToolFailure,
+)
 from tool_calling.registry import ToolRegistry
 from tool_calling.repositories import DjangoChatMemoryRepository
 from tool_calling.resolvers import GovernedTools, is_available_to
 
 __all__ = [
+    "ConversationBusyError",
+    "ConversationTurnAdvisor",
     "GovernedToolCallingManager",
+    "conversation_turn",
     "ToolNotAvailableError",
     "audit_text",
     "governed_chat_client",
@@ -50,6 +68,69 @@ logger = logging.getLogger("tool_calling.governance")
 _assistant_message_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "tool_calling_assistant_message_id", default=None
 )
+
+
+class ConversationBusyError(ToolCallingError):
+    """Another turn of the same conversation is running; retry when it has ended."""
+
+    def __init__(self, conversation_id: object) -> None:
+        super().__init__(
+            f"Conversation {conversation_id} is already answering another message; "
+            "send this one when that turn has ended."
+        )
+        self.conversation_id = conversation_id
+        """The busy conversation."""
+
+
+@contextmanager
+def conversation_turn(conversation_id: object) -> Iterator[None]:
+    """Hold ``conversation_id`` for one turn, so two turns never interleave their messages.
+
+    The claim is one conditional UPDATE (atomic on SQLite and PostgreSQL). A claim older than
+    ``CONVERSATION_TURN_TIMEOUT`` seconds is taken over: a crashed turn never blocks for good.
+
+    Raises:
+        ConversationBusyError: another turn holds the conversation.
+    """
+    token = uuid.uuid4().hex
+    now = timezone.now()
+    stale = now - datetime.timedelta(seconds=app_settings.CONVERSATION_TURN_TIMEOUT)
+    claimed = (
+        models.Conversation.objects.filter(pk=conversation_id)
+        .filter(Q(turn_token="") | Q(turn_started_at__lt=stale) | Q(turn_started_at=None))
+        .update(turn_token=token, turn_started_at=now)
+    )
+    if not claimed:
+        if not models.Conversation.objects.filter(pk=conversation_id).exists():
+            raise models.Conversation.DoesNotExist(f"No conversation {conversation_id}")
+        raise ConversationBusyError(conversation_id)
+    try:
+        yield
+    finally:
+        models.Conversation.objects.filter(pk=conversation_id, turn_token=token).update(
+            turn_token="", turn_started_at=None
+        )
+
+
+class ConversationTurnAdvisor(Advisor):
+    """Outermost advisor of governed turns: holds the conversation for the whole turn."""
+
+    order = HIGHEST_PRECEDENCE
+
+    def __init__(self, conversation_id: object) -> None:
+        self.conversation_id = conversation_id
+
+    def advise_call(self, request: ChatClientRequest, chain: AdvisorChain) -> ChatClientResponse:
+        """Run the turn while holding the conversation."""
+        with conversation_turn(self.conversation_id):
+            return chain.next_call(request)
+
+    def advise_stream(
+        self, request: ChatClientRequest, chain: AdvisorChain
+    ) -> Iterator[ChatClientResponse]:
+        """Stream the turn while holding the conversation (released when the stream ends)."""
+        with conversation_turn(self.conversation_id):
+            yield from chain.next_stream(request)
 
 
 class ToolNotAvailableError(ToolFailure):
@@ -269,8 +350,9 @@ def governed_chat_client(
         )
         # Inside the tool loop: every step is stored as it happens, not only the final answer.
         builder.default_advisors(
+            ConversationTurnAdvisor(conversation_id),
             MessageChatMemoryAdvisor(
                 memory, order=ToolCallingAdvisor.order + 1, conversation_id=str(conversation_id)
-            )
+            ),
         )
     return builder.build()

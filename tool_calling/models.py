@@ -168,6 +168,14 @@ class Conversation(models.Model):
         help_text=_("The user the conversation belongs to; empty for CLI and script runs."),
     )
     title = models.CharField(_("title"), max_length=200, blank=True)
+    turn_token = models.CharField(
+        _("turn in progress"),
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text=_("Set while a turn runs, so two turns never interleave their messages."),
+    )
+    turn_started_at = models.DateTimeField(_("turn started"), null=True, blank=True, editable=False)
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
 

@@ -800,3 +800,63 @@ def test_a_refusal_is_told_to_the_model_even_when_exceptions_are_rethrown(govern
     assert last_responses(model) == [
         ToolResponse("call_1", "lookup", NOT_AVAILABLE.format("lookup"), True)
     ]
+
+
+# --- one turn at a time per conversation (R9) -------------------------------------------------
+
+
+def test_a_second_turn_on_a_busy_conversation_is_refused_cleanly(governed, conversation):
+    from tool_calling.governance import ConversationBusyError, conversation_turn
+
+    with conversation_turn(conversation.pk):
+        model = ScriptedChatModel([text("never")])
+        with pytest.raises(ConversationBusyError) as caught:
+            turn(model, governed, conversation=conversation)
+    assert str(caught.value) == (
+        f"Conversation {conversation.pk} is already answering another message; "
+        "send this one when that turn has ended."
+    )
+    assert model.requests == []  # refused before the model was called
+    assert stored(conversation) == []  # nothing of the refused turn was stored
+    # Released: the next turn runs.
+    assert turn(ScriptedChatModel([text("ok")]), governed, conversation=conversation) == "ok"
+
+
+def test_the_turn_releases_the_conversation_even_when_it_fails(governed, conversation):
+    def boom(prompt):
+        raise RuntimeError("model down")
+
+    with pytest.raises(RuntimeError):
+        turn(ScriptedChatModel([boom]), governed, conversation=conversation)
+    conversation.refresh_from_db()
+    assert (conversation.turn_token, conversation.turn_started_at) == ("", None)
+
+
+@override_settings(TOOL_CALLING={"CONVERSATION_TURN_TIMEOUT": 60})
+def test_a_stale_claim_of_a_crashed_turn_is_taken_over(governed, conversation):
+    import datetime
+
+    from django.utils import timezone
+
+    models.Conversation.objects.filter(pk=conversation.pk).update(
+        turn_token="crashed", turn_started_at=timezone.now() - datetime.timedelta(seconds=61)
+    )
+    assert turn(ScriptedChatModel([text("ok")]), governed, conversation=conversation) == "ok"
+
+
+def test_a_streamed_turn_holds_the_conversation_until_the_stream_ends(governed, conversation):
+    from tool_calling.governance import ConversationBusyError
+
+    client = governed_chat_client(
+        conversation=conversation,
+        model=ScriptedChatModel([text("one two three")]),
+        tool_registry=governed,
+    )
+    stream = client.prompt("Go").stream().content()
+    first = next(stream)
+    with pytest.raises(ConversationBusyError):
+        turn(ScriptedChatModel([text("x")]), governed, conversation=conversation)
+    rest = "".join(stream)
+    assert first + rest == "one two three"
+    conversation.refresh_from_db()
+    assert conversation.turn_token == ""
