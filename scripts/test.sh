@@ -28,5 +28,8 @@ else
     echo "skipped: docker-compose is not available (tests/test_docker.py still checks the file)"
 fi
 
+echo "== services for the test tiers"
+bash scripts/setup_postgres.sh >/dev/null
+
 echo "== pytest"
 exec .venv/bin/python -m pytest "$@"
