@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from tool_calling import models
 from tool_calling.core.chat.memory import ChatMemoryRepository
@@ -62,24 +63,36 @@ def message_to_fields(message: Message) -> dict[str, Any]:
 
 def message_from_row(row: models.Message) -> Message:
     """Return the chat message a ``Message`` row stores (identical to what was saved)."""
-    role = row.role
+    return _message(row.role, row.text, row.tool_calls, row.tool_responses, row.metadata)
+
+
+_FIELDS = ("role", "text", "tool_calls", "tool_responses", "metadata")
+
+
+def _message(
+    role: str,
+    text: str | None,
+    tool_calls: list[dict[str, Any]],
+    tool_responses: list[dict[str, Any]],
+    metadata: dict[str, Any],
+) -> Message:
     if role == models.MessageRole.ASSISTANT:
         return AssistantMessage(
-            row.text,
-            [ToolCall(c["id"], c["name"], c["arguments"]) for c in row.tool_calls],
-            dict(row.metadata),
+            text,
+            [ToolCall(c["id"], c["name"], c["arguments"]) for c in tool_calls],
+            dict(metadata),
         )
     if role == models.MessageRole.TOOL:
         return ToolResponseMessage(
             [
                 ToolResponse(r["id"], r["name"], r["response_data"], bool(r.get("is_error")))
-                for r in row.tool_responses
+                for r in tool_responses
             ],
-            dict(row.metadata),
+            dict(metadata),
         )
     if role == models.MessageRole.SYSTEM:
-        return SystemMessage(row.text or "")
-    return UserMessage(row.text or "")
+        return SystemMessage(text or "")
+    return UserMessage(text or "")
 
 
 def _conversation_pk(conversation_id: str | uuid.UUID) -> uuid.UUID:
@@ -111,11 +124,12 @@ class DjangoChatMemoryRepository(ChatMemoryRepository):
     ) -> list[Message]:
         """Return the conversation's messages, oldest first (only the last ``limit`` if given)."""
         rows = models.Message.objects.filter(conversation_id=_conversation_pk(conversation_id))
+        # Only the fields a message needs, as tuples: model instances cost more than the query.
         if limit:
-            latest = list(rows.order_by("-sequence")[:limit])
+            latest = list(rows.order_by("-sequence").values_list(*_FIELDS)[:limit])
             latest.reverse()
-            return [message_from_row(row) for row in latest]
-        return [message_from_row(row) for row in rows.order_by("sequence")]
+            return [_message(*values) for values in latest]
+        return [_message(*values) for values in rows.order_by("sequence").values_list(*_FIELDS)]
 
     def add(self, conversation_id: str, messages: Sequence[Message]) -> None:
         """Append ``messages`` after the conversation's last message."""
@@ -123,14 +137,21 @@ class DjangoChatMemoryRepository(ChatMemoryRepository):
             return
         pk = _conversation_pk(conversation_id)
         with transaction.atomic():
-            conversation, _ = models.Conversation.objects.select_for_update().get_or_create(pk=pk)
-            last = conversation.messages.aggregate(last=Max("sequence"))["last"] or 0
+            # The UPDATE both touches updated_at (lists sort by activity) and locks the row
+            # until commit, so concurrent appends take their sequence numbers one after another.
+            touched = models.Conversation.objects.filter(pk=pk).update(updated_at=timezone.now())
+            if not touched:
+                models.Conversation.objects.select_for_update().get_or_create(pk=pk)
+            last = (
+                models.Message.objects.filter(conversation_id=pk).aggregate(last=Max("sequence"))[
+                    "last"
+                ]
+                or 0
+            )
             models.Message.objects.bulk_create(
-                models.Message(conversation=conversation, sequence=last + offset, **fields)
+                models.Message(conversation_id=pk, sequence=last + offset, **fields)
                 for offset, fields in enumerate((message_to_fields(m) for m in messages), start=1)
             )
-            # Touch updated_at so lists of conversations sort by activity.
-            conversation.save(update_fields=["updated_at"])
 
     def save_all(self, conversation_id: str, messages: Sequence[Message]) -> None:
         """Replace the conversation's messages with ``messages``."""

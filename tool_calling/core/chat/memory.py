@@ -179,9 +179,10 @@ class MessageWindowChatMemory(ChatMemory):
 
     def get(self, conversation_id: str) -> list[Message]:
         """Return the window of the conversation the model should see."""
-        # Read a little more than the window so a cut tool exchange can be dropped whole.
+        # A few more than the window: room for a stored system message and for the tool
+        # exchange window() may drop at the cut. Reading more costs time on every model call.
         stored = self.repository.find_by_conversation_id(
-            conversation_id, limit=self.max_messages * 2 + 8
+            conversation_id, limit=self.max_messages + 8
         )
         return window(stored, self.max_messages)
 
