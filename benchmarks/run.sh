@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the tool dispatch benchmark in its own virtualenv, .venv-bench (git-ignored), which holds
-# the project's requirements plus the peers of benchmarks/requirements.txt. Arguments go to
-# benchmarks/dispatch.py, e.g. `bash benchmarks/run.sh --json bench.json --profile`.
+# Runs a benchmark in its own virtualenv, .venv-bench (git-ignored), which holds the project's
+# requirements plus the peers of benchmarks/requirements.txt. A first argument naming a benchmark
+# runs benchmarks/NAME.py with the rest, e.g. `bash benchmarks/run.sh turn --profile`; without one
+# it runs benchmarks/dispatch.py, e.g. `bash benchmarks/run.sh --json bench.json --profile`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,4 +22,10 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$wanted" ]; then
     echo "$wanted" > "$STAMP"
 fi
 
-exec "$VENV/bin/python" benchmarks/dispatch.py "$@"
+BENCH=dispatch
+if [ $# -gt 0 ] && [[ "$1" =~ ^[a-z_][a-z0-9_]*$ ]] && [ -f "benchmarks/$1.py" ]; then
+    BENCH=$1
+    shift
+fi
+
+exec "$VENV/bin/python" "benchmarks/$BENCH.py" "$@"
