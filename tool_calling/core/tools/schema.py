@@ -358,6 +358,22 @@ def _no_constants(name: str) -> Any:
 _STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constants)
 
 
+def _plainly_unique(text: str, value: Any) -> bool:
+    """Cheap proof that a flat JSON object had no duplicate keys and no NaN/Infinity.
+
+    One ``{`` means no nested object; then every ``:`` separates a key from its value unless a
+    string holds one, so as many keys as colons means no key was repeated (a repeat would leave
+    fewer keys). Anything else goes through the full check.
+    """
+    return (
+        type(value) is dict
+        and text.count("{") == 1
+        and text.count(":") == len(value)
+        and "NaN" not in text
+        and "Infinity" not in text
+    )
+
+
 def _check_json_text(tool_name: str, text: str) -> None:
     """Reject what pydantic's parser tolerates but JSON forbids: duplicate keys, NaN, Infinity.
 
@@ -430,7 +446,8 @@ class ArgumentsSchema:
             value = self._validate_json(tool_input)
         except pydantic.ValidationError as exc:
             value = self._retry_without_nulls(tool_name, tool_input, exc)
-        _check_json_text(tool_name, tool_input)
+        if not _plainly_unique(tool_input, value):
+            _check_json_text(tool_name, tool_input)
         if self._none_means_default and not self.single_argument:
             for name in self._none_means_default:
                 if name in value and value[name] is None:
