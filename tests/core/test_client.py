@@ -599,3 +599,13 @@ def test_tool_calls_are_executed_with_the_models_arguments() -> None:
         ),
         ToolResponseMessage([ToolResponse("call_2", "get_time", "12:00 in UTC")]),
     ]
+
+
+def test_prompt_takes_the_user_text_by_the_contract_keyword() -> None:
+    """DESIGN.md: ``client.prompt(text=None)``."""
+    from tool_calling import ChatClient
+    from tool_calling.testing import ScriptedChatModel, text
+
+    model = ScriptedChatModel([text("hello")])
+    assert ChatClient.create(model).prompt(text="Hi").call().content() == "hello"
+    assert model.requests[0].messages[-1].text == "Hi"

@@ -133,15 +133,15 @@ class ChatClient:
         builder._manager = self._manager
         return builder
 
-    def prompt(self, prompt: str | Prompt | None = None) -> ChatClientRequestSpec:
-        """Start a request: ``prompt`` is the user text, or a whole ``Prompt``."""
+    def prompt(self, text: str | Prompt | None = None) -> ChatClientRequestSpec:
+        """Start a request: ``text`` is the user message, or a whole ``Prompt``."""
         spec = ChatClientRequestSpec(self)
-        if isinstance(prompt, Prompt):
-            spec.messages(*prompt.messages)
-            if prompt.options is not None:
-                spec.options(prompt.options)
-        elif prompt is not None:
-            spec.user(prompt)
+        if isinstance(text, Prompt):
+            spec.messages(*text.messages)
+            if text.options is not None:
+                spec.options(text.options)
+        elif text is not None:
+            spec.user(text)
         return spec
 
     # -- request execution (used by the specs) ----------------------------------------------
