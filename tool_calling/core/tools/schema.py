@@ -358,20 +358,45 @@ def _no_constants(name: str) -> Any:
 _STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constants)
 
 
-def _plainly_unique(text: str, value: Any) -> bool:
-    """Cheap proof that a flat JSON object had no duplicate keys and no NaN/Infinity.
+def _count_objects(value: Any) -> tuple[int, int] | None:
+    """Return ``(objects, keys)`` in a validated value, or ``None`` when it cannot tell."""
+    kind = type(value)
+    if kind is dict:
+        objects, keys = 1, len(value)
+        children: Any = value.values()
+    elif isinstance(value, pydantic.BaseModel):
+        if value.__pydantic_extra__:
+            return None
+        fields = value.__pydantic_fields_set__
+        objects, keys = 1, len(fields)
+        children = [getattr(value, name) for name in fields]
+    elif kind is list or kind is tuple:
+        objects, keys, children = 0, 0, value
+    elif kind in (str, int, float, bool) or value is None:
+        return 0, 0
+    else:
+        return None  # dataclasses, TypedDicts as other types, sets...: use the full check
+    for child in children:
+        counted = _count_objects(child)
+        if counted is None:
+            return None
+        objects += counted[0]
+        keys += counted[1]
+    return objects, keys
 
-    One ``{`` means no nested object; then every ``:`` separates a key from its value unless a
-    string holds one, so as many keys as colons means no key was repeated (a repeat would leave
-    fewer keys). Anything else goes through the full check.
+
+def _plainly_unique(text: str, value: Any) -> bool:
+    """Cheap proof that a JSON object had no duplicate keys and no NaN/Infinity.
+
+    Every ``:`` separates a key from its value unless a string holds one, and every ``{`` opens
+    an object unless a string holds one. When the validated value has as many objects as braces
+    and as many keys as colons, no key was repeated (a repeat would leave fewer keys). Anything
+    else goes through the full check.
     """
-    return (
-        type(value) is dict
-        and text.count("{") == 1
-        and text.count(":") == len(value)
-        and "NaN" not in text
-        and "Infinity" not in text
-    )
+    if "NaN" in text or "Infinity" in text:
+        return False
+    counted = _count_objects(value)
+    return counted is not None and counted == (text.count("{"), text.count(":"))
 
 
 def _check_json_text(tool_name: str, text: str) -> None:
