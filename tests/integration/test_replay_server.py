@@ -446,3 +446,15 @@ def test_the_module_runs_as_a_server_process() -> None:
     assert recorded["requests"][0]["messages"] == [
         {"role": "user", "content": "What is the weather? Use get_weather for Bergen"}
     ]
+
+
+def test_demo_mode_matches_the_meaningful_words_of_a_tool_name() -> None:
+    """'weather' is enough for get_weather; a generic verb alone ('get') never matches."""
+    with ReplayServer(mode="demo") as server:
+        model = model_for(server)
+        weather = model.call(with_tools("What's the weather in Oslo?", WEATHER, ADD))
+        nothing = model.call(with_tools("Can you get me something?", WEATHER, ADD))
+
+    assert weather.result is not None and nothing.result is not None
+    assert [c.name for c in weather.result.output.tool_calls] == ["get_weather"]
+    assert nothing.result.output.tool_calls == []

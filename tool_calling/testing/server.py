@@ -593,11 +593,20 @@ def _summarise_tool_results(messages: Sequence[Mapping[str, Any]]) -> str:
     return "Here is what the tools returned: " + "; ".join(reversed(results))
 
 
+# Words of a tool name that say nothing about what it is for ("get_weather" is about weather).
+_GENERIC_WORDS = {"get", "set", "list", "fetch", "find", "current", "lookup", "look", "up", "do"}
+
+
+def _has_word(text: str, word: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text, re.IGNORECASE) is not None
+
+
 def _mentions(text: str, name: str) -> bool:
-    for candidate in {name, name.replace("_", " ")}:
-        if re.search(rf"(?<!\w){re.escape(candidate)}(?!\w)", text, re.IGNORECASE):
-            return True
-    return False
+    """True when ``text`` names the tool, or uses every meaningful word of its name."""
+    if _has_word(text, name) or _has_word(text, name.replace("_", " ")):
+        return True
+    words = [w for w in re.split(r"[_.\-]+", name.lower()) if w and w not in _GENERIC_WORDS]
+    return bool(words) and all(_has_word(text, w) for w in words)
 
 
 def _json_object_in(text: str) -> dict[str, Any] | None:
