@@ -12,6 +12,7 @@ the same variables for its web and worker services:
     OPENAI_API_KEY        API key of the OpenAI-compatible server
     OPENAI_BASE_URL       base URL of an OpenAI-compatible server (vLLM, Ollama); empty = OpenAI
     OPENAI_MODEL          chat model name (default "gpt-4o-mini")
+    TOOL_CALLING_EXECUTION_MODE  "inline" (default) or "celery": where tool calls run
 """
 
 import os
@@ -174,6 +175,28 @@ CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIM
 CELERY_VISIBILITY_TIMEOUT = _VISIBILITY_TIMEOUT
 CELERY_TIMEZONE = TIME_ZONE
 
+# Periodic tasks, sent by beat: `celery -A project worker -B` (scripts/run.sh) or a separate
+# `celery -A project beat` (docker/compose.yml). Run exactly one beat per deployment.
+CELERY_BEAT_SCHEDULE = {
+    # Re-dispatches tool calls stuck before a worker took them (lost between the commit and the
+    # publish, or by the broker) and settles attempts whose worker died (CHECKLIST R3, R10).
+    "sweep-tool-executions": {
+        "task": "tool_calling.sweep_tool_executions",
+        "schedule": 30.0,
+        # A sweep that waited longer than one period is dropped: the next one does its work.
+        "options": {"expires": 25},
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / "var" / "celerybeat-schedule")
+
+# Queues. Each tool call is published on its tool's queue: Tool.queue in the admin, else
+# TOOL_CALLING["EXECUTION"]["QUEUE"] ("tool_calling"); everything else (turns, the sweeper)
+# goes to Celery's default queue "celery". Those names need no route here; start workers that
+# consume them, e.g. `celery -A project worker -Q tool_calling,celery` plus, for a slow or
+# rate-limited tool given its own queue "search", `celery -A project worker -Q search -c 4`.
+# Route other tasks by name when they should leave the default queue:
+#     CELERY_TASK_ROUTES = {"myapp.tasks.*": {"queue": "myapp"}}
+
 # --- tool_calling (every key and its default: tool_calling/conf.py) ------------------------
 
 TOOL_CALLING = {
@@ -183,6 +206,8 @@ TOOL_CALLING = {
         "BASE_URL": os.environ.get("OPENAI_BASE_URL") or None,
         "API_KEY": os.environ.get("OPENAI_API_KEY") or None,
     },
+    # "inline" runs tool calls in the process of the turn; "celery" sends each to a worker.
+    "EXECUTION": {"MODE": os.environ.get("TOOL_CALLING_EXECUTION_MODE") or "inline"},
 }
 
 # --- Logging -------------------------------------------------------------------------------

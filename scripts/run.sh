@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs the example project: migrate the database, then Django's development server.
-# Extra arguments go to runserver (default address 127.0.0.1:8000).
+# Runs the whole example system on this machine: Redis (REDIS_URL, or a local redis-server),
+# the scripted replay model when no OPENAI_API_KEY/OPENAI_BASE_URL is set, migrate (which
+# mirrors the demo tools into the database), a superuser whose login it prints, a Celery worker
+# with beat, and Django's server on http://127.0.0.1:8000 ($PORT). Ctrl-C stops all of it.
+# Creates .venv from requirements.txt first. Options go to scripts/devserver.py (--help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh
 
-.venv/bin/python manage.py migrate --noinput
-exec .venv/bin/python manage.py runserver "${@:-127.0.0.1:8000}"
+exec .venv/bin/python scripts/devserver.py "$@"

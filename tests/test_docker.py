@@ -7,10 +7,12 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from django.conf import settings
 
 from tool_calling.conf import DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[1]
+APP_SERVICES = ["web", "worker", "beat"]  # the services built from docker/Dockerfile
 COMPOSE = ROOT / "docker" / "compose.yml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 SETTINGS = ROOT / "project" / "settings.py"
@@ -56,6 +58,11 @@ def depends_on(service):
     return set(deps if isinstance(deps, list) else deps.keys())
 
 
+def depends_on_condition(service, name):
+    deps = service.get("depends_on", {})
+    return None if isinstance(deps, list) else (deps.get(name) or {}).get("condition")
+
+
 def test_settings_scan_finds_the_documented_variables():
     """The scan below is only as good as its regex: it must see what settings.py reads."""
     assert {
@@ -67,21 +74,35 @@ def test_settings_scan_finds_the_documented_variables():
         "DJANGO_SECRET_KEY",
         "DJANGO_DEBUG",
         "DJANGO_ALLOWED_HOSTS",
+        "TOOL_CALLING_EXECUTION_MODE",
     } <= env_vars_read_by_settings()
 
 
 def test_the_services_exist(services):
-    assert {"web", "worker", "redis", "postgres"} <= set(services)
+    assert {"web", "worker", "beat", "redis", "postgres"} <= set(services)
 
 
-@pytest.mark.parametrize("name", ["web", "worker"])
-def test_web_and_worker_set_every_variable_settings_reads(services, name):
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_app_services_set_every_variable_settings_reads(services, name):
     missing = env_vars_read_by_settings() - set(environment(services[name]))
     assert not missing, f"{name} does not set {sorted(missing)}, which project/settings.py reads"
 
 
-def test_web_and_worker_share_one_environment(services):
-    assert environment(services["web"]) == environment(services["worker"])
+def test_app_services_share_one_environment(services):
+    web = environment(services["web"])
+    assert all(environment(services[name]) == web for name in APP_SERVICES)
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_app_services_build_the_dockerfile(services, name):
+    build = services[name]["build"]
+    assert (ROOT / "docker" / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
+
+
+def test_superuser_credentials_pass_through(services):
+    env = environment(services["web"])
+    assert env["DJANGO_SUPERUSER_USERNAME"] == "${DJANGO_SUPERUSER_USERNAME:-}"
+    assert env["DJANGO_SUPERUSER_PASSWORD"] == "${DJANGO_SUPERUSER_PASSWORD:-}"
 
 
 def test_database_url_points_at_the_postgres_service(services):
@@ -104,17 +125,58 @@ def test_worker_runs_celery_on_the_tool_queue(services):
     assert "celery -A project worker" in cmd
     queues = re.search(r"-Q\s+(\S+)", cmd)
     assert queues is not None
-    assert DEFAULTS["EXECUTION"]["QUEUE"] in queues.group(1).split(",")
+    assert {DEFAULTS["EXECUTION"]["QUEUE"], "celery"} <= set(queues.group(1).split(","))
 
 
-def test_web_migrates_then_serves(services):
+def test_exactly_one_beat(services):
+    """Beat runs as its own service; a worker with -B as well would send every task twice."""
+    assert "celery -A project beat" in command(services["beat"])
+    assert "deploy" not in services["beat"]  # no replicas
+    for name in set(services) - {"beat"}:
+        words = shlex.split(command(services[name]))
+        assert "-B" not in words and "--beat" not in words, name
+        assert "beat" not in words, name
+
+
+def test_the_sweeper_is_scheduled():
+    schedule = {entry["task"]: entry for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    sweeper = schedule["tool_calling.sweep_tool_executions"]
+    assert 0 < float(sweeper["schedule"]) <= 60
+
+
+def test_web_migrates_creates_the_superuser_then_serves(services):
     cmd = command(services["web"])
-    assert cmd.index("manage.py migrate") < cmd.index("manage.py runserver 0.0.0.0:8000")
+    migrate = cmd.index("manage.py migrate")
+    superuser = cmd.index("scripts/devserver.py superuser")
+    assert migrate < superuser < cmd.index("manage.py runserver 0.0.0.0:8000")
+    assert "&&" in cmd[migrate:superuser]  # a failed migrate stops the service
+    assert (ROOT / "scripts" / "devserver.py").is_file()
 
 
-def test_web_depends_on_redis_and_postgres(services):
-    assert {"redis", "postgres"} <= depends_on(services["web"])
-    assert {"redis", "postgres"} <= depends_on(services["worker"])
+def test_services_depend_on_redis_and_postgres(services):
+    for name in APP_SERVICES:
+        for dep in ("redis", "postgres"):
+            assert depends_on_condition(services[name], dep) == "service_healthy", (name, dep)
+
+
+@pytest.mark.parametrize("name", ["worker", "beat"])
+def test_worker_and_beat_wait_for_the_migrated_web(services, name):
+    assert depends_on_condition(services[name], "web") == "service_healthy"
+
+
+@pytest.mark.parametrize("name", ["web", "worker", "redis", "postgres"])
+def test_healthchecks(services, name):
+    check = services[name]["healthcheck"]
+    assert check["test"][0] in {"CMD", "CMD-SHELL"}
+    assert check.get("retries", 0) >= 3
+
+
+def test_web_healthcheck_asks_the_admin_login_page(services):
+    assert "/admin/login/" in " ".join(services["web"]["healthcheck"]["test"])
+
+
+def test_worker_healthcheck_pings_the_worker(services):
+    assert "celery -A project inspect ping" in " ".join(services["worker"]["healthcheck"]["test"])
 
 
 def test_redis_never_evicts_queued_tasks(services):
@@ -122,6 +184,7 @@ def test_redis_never_evicts_queued_tasks(services):
     assert services["redis"]["image"].startswith("redis:7")
     assert "--maxmemory-policy noeviction" in cmd
     assert "--appendonly yes" in cmd
+    assert "--appendfsync everysec" in cmd
 
 
 def test_postgres_service(services):

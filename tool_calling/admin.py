@@ -32,6 +32,7 @@ _ERROR_STATUSES = (
     models.ExecutionStatus.FAILED,
     models.ExecutionStatus.REFUSED,
     models.ExecutionStatus.TIMED_OUT,
+    models.ExecutionStatus.OUTCOME_UNKNOWN,
 )
 
 # The window of the tool list's "calls" and "error rate" columns.
@@ -212,7 +213,14 @@ class ToolAdmin(admin.ModelAdmin):
         "calls_24h",
         "error_rate_24h",
     )
-    list_filter = ("enabled", "missing", "source", "requires_approval", "execution_mode")
+    list_filter = (
+        "enabled",
+        "missing",
+        "source",
+        "requires_approval",
+        "execution_mode",
+        "idempotent",
+    )
     search_fields = ("name", "description")
     list_select_related = ("limit_override",)
     ordering = ("name",)
@@ -255,7 +263,7 @@ class ToolAdmin(admin.ModelAdmin):
             _("Governance"),
             {"fields": ("enabled", "requires_approval", "return_direct", "allowed_groups")},
         ),
-        (_("Execution"), {"fields": ("execution_mode", "queue", "timeout")}),
+        (_("Execution"), {"fields": ("execution_mode", "queue", "timeout", "idempotent")}),
         (_("History"), {"fields": ("created_at", "updated_at", "synced_at")}),
     )
 
@@ -581,17 +589,21 @@ class ToolExecutionAdmin(admin.ModelAdmin):
         "tool_name",
         "status",
         "is_error",
+        "mode",
+        "attempt",
         "conversation_link",
         "user",
         "duration_ms",
         "created_at",
     )
-    list_filter = ("status", "is_error", "tool_name", "created_at")
+    list_filter = ("status", "is_error", "mode", "idempotent", "tool_name", "created_at")
     list_select_related = ("conversation", "user")
     date_hierarchy = "created_at"
-    search_fields = ("tool_name", "tool_call_id", "task_id")
+    search_fields = ("tool_name", "tool_call_id", "task_id", "worker", "error_type")
     # The audit grows without bound: skip the second COUNT(*) of the whole table per page.
     show_full_result_count = False
+    # The working data (exact arguments, context and result, not redacted) is never shown.
+    exclude = ("payload",)
     readonly_fields = (
         "tool_name",
         "tool",
@@ -603,9 +615,17 @@ class ToolExecutionAdmin(admin.ModelAdmin):
         "is_error",
         "arguments_display",
         "result_display",
+        "error_type",
         "error_display",
+        "mode",
+        "queue",
+        "timeout",
+        "idempotent",
+        "attempt",
         "task_id",
         "worker",
+        "dispatched_at",
+        "lease_expires_at",
         "created_at",
         "started_at",
         "finished_at",
@@ -629,7 +649,23 @@ class ToolExecutionAdmin(admin.ModelAdmin):
             _("Outcome"),
             {"fields": ("status", "is_error", "arguments_display", "result_display")},
         ),
-        (_("Operator detail"), {"fields": ("error_display", "task_id", "worker")}),
+        (_("Operator detail"), {"fields": ("error_type", "error_display")}),
+        (
+            _("Where it ran"),
+            {
+                "fields": (
+                    "mode",
+                    "queue",
+                    "timeout",
+                    "idempotent",
+                    "attempt",
+                    "task_id",
+                    "worker",
+                    "dispatched_at",
+                    "lease_expires_at",
+                )
+            },
+        ),
         (_("Timing"), {"fields": ("created_at", "started_at", "finished_at", "duration_ms")}),
     )
 

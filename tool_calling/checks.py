@@ -15,6 +15,14 @@ tool_calling.E008   A flag (``NEW_TOOLS_ENABLED``, ``STRICT_TOOL_CALLS``, ...) t
                     ``True`` or ``False``.
 tool_calling.E009   A dotted path (``AUDIT_REDACTOR``) that does not import, or does not name
                     a callable.
+tool_calling.E010   The broker's visibility timeout is not longer than the longest time a task
+                    may hold its message (the hard time limit of a tool call,
+                    ``CELERY_TASK_TIME_LIMIT``): the broker would deliver it again while it runs
+                    (R7).
+tool_calling.E011   ``EXECUTION["QUEUE"]`` is not a non-empty string.
+tool_calling.E012   ``EXECUTION["MODE"]`` is ``"celery"`` and ``CELERY_ACCEPT_CONTENT`` lets workers
+                    deserialize pickle or YAML: a message pushed into the queue could run code
+                    (S20).
 =================== =======================================================================
 """
 
@@ -33,7 +41,13 @@ from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from tool_calling.conf import DEFAULTS, IMPORT_STRINGS, SETTING_NAME, settings
+from tool_calling.conf import (
+    DEFAULTS,
+    IMPORT_STRINGS,
+    SETTING_NAME,
+    broker_visibility_timeout,
+    settings,
+)
 from tool_calling.core.execution.limits import ToolCallLimitBehavior
 
 __all__ = ["TAG", "check_settings"]
@@ -42,6 +56,16 @@ TAG = "tool_calling"
 """The check tag: ``manage.py check --tag tool_calling`` runs only these checks."""
 
 EXECUTION_MODES = ("inline", "celery")
+
+_EXECUTION_POSITIVE_INTS = (
+    "MAX_CONCURRENT_CALLS",
+    "TIMEOUT",
+    "TIMEOUT_GRACE",
+    "LEASE_SECONDS",
+    "MAX_ATTEMPTS",
+    "WAIT_MARGIN",
+    "REDISPATCH_AFTER",
+)
 
 
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
@@ -65,6 +89,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _check_flags(values)
     errors += _check_import_strings(values)
     errors += _check_execution(values["EXECUTION"])
+    errors += _check_visibility_timeout(values["EXECUTION"])
     return errors
 
 
@@ -169,8 +194,9 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
     max_result_chars = values["MAX_RESULT_CHARS"]
     if max_result_chars is not None and not _is_positive_int(max_result_chars):
         errors.append(_limit_error("MAX_RESULT_CHARS"))
-    if not _is_positive_int(values["EXECUTION"]["MAX_CONCURRENT_CALLS"]):
-        errors.append(_limit_error("EXECUTION", "MAX_CONCURRENT_CALLS", allow_none=False))
+    for key in _EXECUTION_POSITIVE_INTS:
+        if not _is_positive_int(values["EXECUTION"][key]):
+            errors.append(_limit_error("EXECUTION", key, allow_none=False))
     audit_max_chars = values["AUDIT_MAX_CHARS"]
     if audit_max_chars is not None and not _is_positive_int(audit_max_chars):
         errors.append(_limit_error("AUDIT_MAX_CHARS"))
@@ -263,7 +289,100 @@ def _celery_installed() -> bool:
     return importlib.util.find_spec("celery") is not None
 
 
+def _is_positive_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+_VISIBILITY_OPTION = 'CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]'
+
+
+def _check_visibility_timeout(execution: Mapping[str, Any]) -> list[CheckMessage]:
+    """R7: the broker must not redeliver a task's message while the task may still run."""
+    options = getattr(django_settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
+    raw = options.get("visibility_timeout") if isinstance(options, Mapping) else None
+    if raw is not None and not _is_positive_number(raw):
+        return [
+            Error(
+                f"The value of '{_VISIBILITY_OPTION}' must be a positive number of seconds.",
+                id="tool_calling.E010",
+            )
+        ]
+    visibility = broker_visibility_timeout()
+    if visibility is None:
+        return []  # a broker without a visibility timeout, or no broker at all
+    timeout, grace = execution["TIMEOUT"], execution["TIMEOUT_GRACE"]
+    if not (_is_positive_int(timeout) and _is_positive_int(grace)):
+        return []  # reported as E003
+    holders = [
+        (
+            timeout + grace,
+            f"{_path('EXECUTION', 'TIMEOUT')} + {_path('EXECUTION', 'TIMEOUT_GRACE')}",
+        )
+    ]
+    task_limit = getattr(django_settings, "CELERY_TASK_TIME_LIMIT", None)
+    if _is_positive_number(task_limit):
+        holders.append((task_limit, "CELERY_TASK_TIME_LIMIT"))
+    longest, source = max(holders)
+    if visibility > longest:
+        return []
+    where = _VISIBILITY_OPTION if raw is not None else "the transport's default"
+    return [
+        Error(
+            f"The broker's visibility timeout ({where} = {visibility:g} s) must be longer than "
+            f"the longest time a task may run ({source} = {longest:g} s): the broker would "
+            "deliver the task again while it still runs.",
+            hint="Set CELERY_BROKER_TRANSPORT_OPTIONS = {'visibility_timeout': "
+            f"{max(1800, int(longest) * 2)}}} (and the same value in "
+            "CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS and CELERY_VISIBILITY_TIMEOUT), or lower "
+            "the time limit.",
+            id="tool_calling.E010",
+        )
+    ]
+
+
+_UNSAFE_CONTENT = {
+    "pickle",
+    "application/x-python-serialize",
+    "yaml",
+    "application/x-yaml",
+    "application/yaml",
+}
+
+
+def _check_accept_content() -> list[CheckMessage]:
+    """S20: workers must refuse anything but JSON (Celery's default accepts JSON only)."""
+    accepted = getattr(django_settings, "CELERY_ACCEPT_CONTENT", None)
+    if accepted is None:
+        return []
+    unsafe = sorted({str(c) for c in accepted if str(c).lower() in _UNSAFE_CONTENT})
+    if not unsafe:
+        return []
+    return [
+        Error(
+            f"CELERY_ACCEPT_CONTENT must not accept {', '.join(map(repr, unsafe))} when "
+            f"{_path('EXECUTION', 'MODE')} is 'celery': a message pushed into a tool queue "
+            "would be deserialized, and could run code, on the workers.",
+            hint="Set CELERY_ACCEPT_CONTENT = ['json'] (and CELERY_TASK_SERIALIZER = 'json').",
+            id="tool_calling.E012",
+        )
+    ]
+
+
 def _check_execution(execution: Mapping[str, Any]) -> list[CheckMessage]:
+    queue = execution["QUEUE"]
+    queue_errors: list[CheckMessage] = []
+    if not isinstance(queue, str) or not queue.strip():
+        queue_errors.append(
+            Error(
+                f"The value of '{_path('EXECUTION', 'QUEUE')}' must be a non-empty string.",
+                hint="Name the Celery queue your tool workers consume, e.g. 'tool_calling'.",
+                id="tool_calling.E011",
+            )
+        )
+    return queue_errors + _check_execution_mode(execution)
+
+
+def _check_execution_mode(execution: Mapping[str, Any]) -> list[CheckMessage]:
     mode = execution["MODE"]
     mode_path = _path("EXECUTION", "MODE")
     if mode not in EXECUTION_MODES:
@@ -276,6 +395,7 @@ def _check_execution(execution: Mapping[str, Any]) -> list[CheckMessage]:
         ]
     errors: list[CheckMessage] = []
     if mode == "celery":
+        errors += _check_accept_content()
         if not _celery_installed():
             errors.append(
                 Error(

@@ -49,7 +49,15 @@ from django.utils.module_loading import import_string
 from tool_calling.core._settings import CoreSettings
 from tool_calling.core.execution.limits import ToolCallLimits
 
-__all__ = ["DEFAULTS", "IMPORT_STRINGS", "ToolCallingSettings", "django_core_settings", "settings"]
+__all__ = [
+    "DEFAULTS",
+    "IMPORT_STRINGS",
+    "ToolCallingSettings",
+    "broker_visibility_timeout",
+    "django_core_settings",
+    "hard_time_limit",
+    "settings",
+]
 
 SETTING_NAME = "TOOL_CALLING"
 
@@ -83,7 +91,26 @@ DEFAULTS: dict[str, Any] = {
         # Default Celery queue of tool calls; a tool in the admin may name its own.
         "QUEUE": "tool_calling",
         # Default time limit of one tool call, in seconds; a tool in the admin may set its own.
+        # On a Celery worker this is the soft limit: the call ends with a "timed out" error
+        # response the model sees.
         "TIMEOUT": 30,
+        # Seconds after the soft limit at which a call still running on a worker is killed (the
+        # hard limit) and its worker process replaced; the model gets the same "timed out".
+        "TIMEOUT_GRACE": 5,
+        # Seconds a worker's claim on a call lasts without renewal. The worker renews it every
+        # third of that while the tool runs, so a call whose worker died is noticed this long
+        # after: an idempotent tool then runs again, any other ends "outcome unknown".
+        "LEASE_SECONDS": 15,
+        # Times an idempotent call may be started on a worker: a call whose worker dies on every
+        # try (a poison call) ends FAILED after this many.
+        "MAX_ATTEMPTS": 3,
+        # Seconds a caller waits for a call on a worker beyond its time limit (time in the queue,
+        # a re-run after a crash) before it tells the model the call did not finish.
+        "WAIT_MARGIN": 30,
+        # Seconds after which the sweeper sends a call that no worker has started to the broker
+        # again (a message lost with the broker); a call that never reached the broker is sent
+        # again on the next sweep.
+        "REDISPATCH_AFTER": 300,
     },
     # --- Limits (Spring AI: spring.ai.tools.limits.*) ---------------------------------------
     # Counted per turn: the calls after the last user message. None = unlimited.
@@ -265,6 +292,34 @@ def django_core_settings() -> CoreSettings:
         tool_calling_advisor_auto_register=settings.TOOL_CALLING_ADVISOR_AUTO_REGISTER,
         chat_model=MappingProxyType(copy.deepcopy(settings.CHAT_MODEL)),
     )
+
+
+def hard_time_limit(timeout: int) -> int:
+    """Return the hard time limit, in seconds, of a call whose (soft) time limit is ``timeout``."""
+    return int(timeout) + int(settings.EXECUTION["TIMEOUT_GRACE"])
+
+
+_VISIBILITY_TIMEOUT_TRANSPORTS = {"redis": 3600, "rediss": 3600, "sentinel": 3600, "sqs": 1800}
+"""Brokers that redeliver an unacknowledged message after a visibility timeout: its default."""
+
+
+def broker_visibility_timeout() -> int | None:
+    """Return the seconds after which the broker redelivers a message nobody acknowledged.
+
+    Read from ``CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]``, else the transport's
+    default; ``None`` when the broker (``CELERY_BROKER_URL``) has no visibility timeout.
+    """
+    url = getattr(django_settings, "CELERY_BROKER_URL", None)
+    if not isinstance(url, str) or "://" not in url:
+        return None
+    scheme = url.split("://", 1)[0].split("+")[0].lower()
+    if scheme not in _VISIBILITY_TIMEOUT_TRANSPORTS:
+        return None
+    options = getattr(django_settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
+    value = options.get("visibility_timeout") if isinstance(options, Mapping) else None
+    if value is None:
+        return _VISIBILITY_TIMEOUT_TRANSPORTS[scheme]
+    return int(value)
 
 
 def reload_settings(*, setting: str, **kwargs: Any) -> None:

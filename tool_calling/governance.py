@@ -15,6 +15,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import close_old_connections
@@ -54,13 +55,16 @@ from tool_calling.repositories import DjangoChatMemoryRepository
 from tool_calling.resolvers import GovernedTools, is_available_to
 
 __all__ = [
+    "CallOutcome",
     "ConversationBusyError",
     "ConversationTurnAdvisor",
     "GovernedToolCallingManager",
-    "conversation_turn",
     "ToolNotAvailableError",
     "audit_text",
+    "conversation_turn",
     "governed_chat_client",
+    "refusal_text",
+    "run_governed_call",
 ]
 
 logger = logging.getLogger("tool_calling.governance")
@@ -156,12 +160,136 @@ def audit_text(text: str | None, *, tool_name: str, field: str) -> str:
     return text
 
 
+def refusal_text(name: str) -> str:
+    """The text the model gets for a call of a tool an operator withdrew after it asked (S2)."""
+    return (
+        f"Tool {name!r} is not available: an operator disabled, removed or restricted "
+        "it. Do not call it again in this conversation."
+    )
+
+
+def _qualified_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return f"{cls.__module__}.{cls.__qualname__}"[:200]
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """How one governed call ended: what the model is told, and what the audit records."""
+
+    status: str
+    """An ``ExecutionStatus`` value."""
+    text: str
+    """The text for the model: the tool's result, or the error it is told about."""
+    is_error: bool = False
+    """Whether the model is told that the call failed."""
+    error: str = ""
+    """The traceback, for operators only."""
+    error_type: str = ""
+    """``module.QualifiedName`` of the exception the tool raised; blank when it did not."""
+    exception: BaseException | None = field(default=None, compare=False)
+    """What the in-process path raises to the manager (which turns it into a response)."""
+    duration_ms: int = 0
+    """How long the tool ran."""
+
+    def audit_fields(self, tool_name: str) -> dict[str, Any]:
+        """The ``ToolExecution`` fields that record this outcome (redacted, then capped)."""
+        return {
+            "status": self.status,
+            "result": audit_text(self.text, tool_name=tool_name, field="result"),
+            "error": audit_text(self.error, tool_name=tool_name, field="error"),
+            "error_type": self.error_type,
+            "is_error": self.is_error,
+            "finished_at": timezone.now(),
+            "duration_ms": self.duration_ms,
+        }
+
+
+def run_governed_call(
+    name: str, user: Any, run: Callable[[], str], *, on_start: Callable[[], None] | None = None
+) -> CallOutcome:
+    """Re-check that ``user`` may use tool ``name`` now, run it, and say how it ended.
+
+    The one implementation of "re-check, run, classify" shared by calls run in-process
+    (``GovernedToolCallingManager``) and calls run on Celery workers (``tool_calling.tasks``).
+    It writes nothing: each caller records the outcome in its own way (a new row, or a fenced
+    update of a claimed one).
+
+    Args:
+        name: The tool the model called.
+        user: The user of the turn (``None`` for anonymous turns).
+        run: Runs the tool and returns its text (raises as ``ToolCallback.call`` does).
+        on_start: Called once the re-check passed, just before ``run``.
+
+    Returns:
+        ``REFUSED`` (the tool is no longer available to ``user``; it did not run), else
+        ``SUCCEEDED`` or ``FAILED``, with the exception for the in-process path to re-raise.
+    """
+    # Read again at call time (S2): the operator may have disabled, removed or restricted the
+    # tool after the model asked for it.
+    if not is_available_to(name, user):
+        text = refusal_text(name)
+        return CallOutcome(
+            models.ExecutionStatus.REFUSED, text, True, exception=ToolNotAvailableError(text)
+        )
+    if on_start is not None:
+        on_start()
+    started = time.monotonic()
+    try:
+        result = run()
+    except ToolArgumentsError as exc:
+        failure: BaseException = exc
+        text = str(exc)
+        error = ""
+    except ToolExecutionException as exc:
+        failure = exc
+        cause = exc.cause
+        # What DefaultToolExecutionExceptionProcessor tells the model.
+        text = str(cause) if isinstance(cause, ToolFailure) else str(cause).strip()
+        text = text or f"Exception occurred in tool: {name} ({type(cause).__name__})"
+        error = _traceback(cause)
+    except BaseException as exc:
+        failure = exc
+        text = str(exc).strip() or f"Exception occurred in tool: {name} ({type(exc).__name__})"
+        error = _traceback(exc)
+    else:
+        return CallOutcome(
+            models.ExecutionStatus.SUCCEEDED,
+            "" if result is None else result,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+    cause = failure.cause if isinstance(failure, ToolExecutionException) else failure
+    return CallOutcome(
+        models.ExecutionStatus.FAILED,
+        text,
+        True,
+        error=error,
+        error_type=_qualified_name(cause),
+        exception=failure,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+_batch_executor: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "tool_calling_batch_executor", default=None
+)
+
+
 class GovernedToolCallingManager(DefaultToolCallingManager):
     """Executes tool calls under governance and writes a ``ToolExecution`` row for each.
 
     Before a tool runs its ``Tool`` row is read again (enabled, present, allowed for the user),
     so an operator who disables or restricts a tool after the model asked for it stops the call.
     Calls of tools the request does not offer are refused and audited.
+
+    Calls of tools whose execution mode is ``"celery"`` (the tool's own, else
+    ``EXECUTION["MODE"]``) are sent to Celery workers and waited for; in a batch that mixes
+    both, the in-process calls run meanwhile. A batch of in-process calls only runs exactly as
+    ``DefaultToolCallingManager`` runs it. An ``executor`` given explicitly runs every call.
     """
 
     def __init__(
@@ -178,11 +306,22 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         self.conversation_id = conversation_id
         self.user = user if getattr(user, "is_authenticated", False) else None
 
+    @property
+    def executor(self) -> Any:
+        """The executor of the running batch: the router when it has calls for workers."""
+        routed = _batch_executor.get()
+        return routed if routed is not None else self._executor
+
+    @executor.setter
+    def executor(self, value: Any) -> None:
+        self._executor = value
+
     def _audit(self, call: ToolCall, **fields: Any) -> models.ToolExecution:
         row = self.governed.rows.get(call.name)
         if row is None:
             # A Tool row whose code is gone (not in the registry) still links its refusals.
             row = models.Tool.objects.filter(name=call.name).first()
+        fields.setdefault("idempotent", bool(row is not None and row.idempotent))
         return models.ToolExecution.objects.create(
             conversation_id=self.conversation_id,
             assistant_message_id=_assistant_message_id.get(),
@@ -193,6 +332,27 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             user=self.user,
             **fields,
         )
+
+    def _router(self, chat_response: ChatResponse) -> Any:
+        """The routing executor when a call of this batch goes to a worker, else ``None``."""
+        if self._executor is not None:
+            return None
+        from tool_calling.execution import RoutingToolCallExecutor, execution_mode
+
+        for generation in chat_response.generations:
+            if generation.output.tool_calls:
+                calls = generation.output.tool_calls
+                break
+        else:
+            return None
+        rows = self.governed.rows
+        if not any(
+            call.name in self.governed.available
+            and execution_mode(rows.get(call.name)) == models.ExecutionMode.CELERY
+            for call in calls
+        ):
+            return None
+        return RoutingToolCallExecutor(self)
 
     def execute_tool_calls(
         self, prompt: Prompt, chat_response: ChatResponse
@@ -209,9 +369,11 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
                 .first()
             )
         token = _assistant_message_id.set(message_id)
+        routed = _batch_executor.set(self._router(chat_response))
         try:
             return super().execute_tool_calls(prompt, chat_response)
         finally:
+            _batch_executor.reset(routed)
             _assistant_message_id.reset(token)
 
     def on_unavailable_tool(self, tool_call: ToolCall, response_text: str) -> None:
@@ -230,7 +392,7 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
     def call_tool(
         self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
     ) -> str:
-        """Re-check governance, run the tool and record the outcome in the audit."""
+        """Re-check governance, run the tool in-process and record the outcome in the audit."""
         in_pool = threading.current_thread().name.startswith("tool-calling")
         try:
             return self._governed_call(callback, tool_call, tool_context)
@@ -246,58 +408,34 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
     ) -> str:
         name = tool_call.name
-        # Read again at call time (S2): the operator may have disabled, removed or restricted
-        # the tool after the model asked for it.
-        if not is_available_to(name, self.user):
-            text = (
-                f"Tool {name!r} is not available: an operator disabled, removed or restricted "
-                "it. Do not call it again in this conversation."
+        rows: list[models.ToolExecution] = []
+
+        def start() -> None:
+            rows.append(
+                self._audit(
+                    tool_call,
+                    status=models.ExecutionStatus.RUNNING,
+                    attempt=1,
+                    started_at=timezone.now(),
+                )
             )
-            now = timezone.now()
-            self._audit(
-                tool_call,
-                status=models.ExecutionStatus.REFUSED,
-                result=text,
-                is_error=True,
-                started_at=now,
-                finished_at=now,
-                duration_ms=0,
-            )
-            raise ToolNotAvailableError(text)
-        started = time.monotonic()
-        row = self._audit(
-            tool_call, status=models.ExecutionStatus.RUNNING, started_at=timezone.now()
+
+        outcome = run_governed_call(
+            name,
+            self.user,
+            lambda: super(GovernedToolCallingManager, self).call_tool(
+                callback, tool_call, tool_context
+            ),
+            on_start=start,
         )
-        status = models.ExecutionStatus.FAILED
-        result = ""
-        error = ""
-        is_error = True
-        try:
-            result = super().call_tool(callback, tool_call, tool_context)
-            status, is_error = models.ExecutionStatus.SUCCEEDED, False
-            return result
-        except ToolArgumentsError as exc:
-            result = str(exc)
-            raise
-        except ToolExecutionException as exc:
-            cause = exc.cause
-            result = str(cause)
-            error = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
-            raise
-        except BaseException as exc:
-            result = str(exc)
-            error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            raise
-        finally:
-            duration = int((time.monotonic() - started) * 1000)
-            models.ToolExecution.objects.filter(pk=row.pk).update(
-                status=status,
-                result=audit_text(result, tool_name=name, field="result"),
-                error=audit_text(error, tool_name=name, field="error"),
-                is_error=is_error,
-                finished_at=timezone.now(),
-                duration_ms=duration,
-            )
+        fields = outcome.audit_fields(name)
+        if rows:
+            models.ToolExecution.objects.filter(pk=rows[0].pk).update(**fields)
+        else:  # refused before it started
+            self._audit(tool_call, started_at=fields["finished_at"], **fields)
+        if outcome.exception is not None:
+            raise outcome.exception
+        return outcome.text
 
 
 def default_chat_model() -> ChatModel:

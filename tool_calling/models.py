@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -85,6 +86,15 @@ class Tool(models.Model):
         blank=True,
         help_text=_("Time limit of one call; blank uses TOOL_CALLING['EXECUTION']['TIMEOUT']."),
     )
+    idempotent = models.BooleanField(
+        _("idempotent"),
+        default=False,
+        help_text=_(
+            "Running a call twice has the same effect as running it once. A call on a Celery "
+            "worker that dies mid-call is then run again; otherwise it is never run twice and "
+            "the model is told its outcome is unknown."
+        ),
+    )
     allowed_groups = models.ManyToManyField(
         "auth.Group",
         verbose_name=_("allowed groups"),
@@ -109,6 +119,26 @@ class Tool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """Refuse a timeout whose hard limit the broker would not wait for (R7)."""
+        from tool_calling.conf import broker_visibility_timeout, hard_time_limit
+
+        visibility = broker_visibility_timeout()
+        if self.timeout is not None and visibility is not None:
+            if hard_time_limit(self.timeout) >= visibility:
+                raise ValidationError(
+                    {
+                        "timeout": _(
+                            "A call may run %(limit)d s (this timeout plus "
+                            "TOOL_CALLING['EXECUTION']['TIMEOUT_GRACE']), which is not less "
+                            "than the broker's visibility timeout of %(visibility)d s: the "
+                            "broker would deliver the call again while it runs. Lower the "
+                            "timeout or raise the visibility timeout."
+                        )
+                        % {"limit": hard_time_limit(self.timeout), "visibility": visibility}
+                    }
+                )
 
     @property
     def is_available(self) -> bool:
@@ -251,6 +281,19 @@ class ExecutionStatus(models.TextChoices):
     FAILED = "failed", _("Failed")
     REFUSED = "refused", _("Refused")
     TIMED_OUT = "timed_out", _("Timed out")
+    OUTCOME_UNKNOWN = "unknown", _("Outcome unknown")
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        ExecutionStatus.SUCCEEDED,
+        ExecutionStatus.FAILED,
+        ExecutionStatus.REFUSED,
+        ExecutionStatus.TIMED_OUT,
+        ExecutionStatus.OUTCOME_UNKNOWN,
+    }
+)
+"""Statuses a call never leaves: nothing runs it again."""
 
 
 class ToolExecution(models.Model):
@@ -307,6 +350,70 @@ class ToolExecution(models.Model):
         related_name="+",
         verbose_name=_("user"),
     )
+    error_type = models.CharField(
+        _("exception type"),
+        max_length=200,
+        blank=True,
+        help_text=_("The class of the exception the tool raised (module.Name); blank if none."),
+    )
+    mode = models.CharField(
+        _("execution mode"),
+        max_length=16,
+        choices=[c for c in ExecutionMode.choices if c[0]],
+        default=ExecutionMode.INLINE,
+        help_text=_("Where the call ran: in the process of the turn, or on a Celery worker."),
+    )
+    queue = models.CharField(
+        _("queue"),
+        max_length=100,
+        blank=True,
+        help_text=_("The Celery queue the call was sent to."),
+    )
+    timeout = models.PositiveIntegerField(
+        _("timeout (seconds)"),
+        null=True,
+        blank=True,
+        help_text=_("The call's time limit on the worker (the soft limit; the hard one is later)."),
+    )
+    idempotent = models.BooleanField(
+        _("idempotent"),
+        default=False,
+        help_text=_("Copied from the tool when the call was made: may it run again after a crash?"),
+    )
+    attempt = models.PositiveIntegerField(
+        _("attempt"),
+        default=0,
+        help_text=_(
+            "How many times a worker started the call; more than one when a worker died mid-call "
+            "and the (idempotent) call ran again."
+        ),
+    )
+    lease_expires_at = models.DateTimeField(
+        _("lease expires"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "The worker running the call renews this while the tool runs; once it passes, the "
+            "worker is presumed dead and the call is taken over or reported unknown."
+        ),
+    )
+    dispatched_at = models.DateTimeField(
+        _("dispatched"),
+        null=True,
+        blank=True,
+        help_text=_("When the call was last sent to the broker; empty if sending failed."),
+    )
+    payload = models.JSONField(
+        _("working data"),
+        default=dict,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "A call on a worker: the exact arguments and tool context it runs with, then the "
+            "exact text for the model. Not redacted, so never shown, and cleared once the "
+            "caller has the result."
+        ),
+    )
     task_id = models.CharField(_("task id"), max_length=255, blank=True)
     worker = models.CharField(_("worker"), max_length=255, blank=True)
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
@@ -336,4 +443,6 @@ class ToolExecution(models.Model):
             "conversation": str(self.conversation_id) if self.conversation_id else None,
             "tool_call_id": self.tool_call_id,
             "duration_ms": self.duration_ms,
+            "mode": self.mode,
+            "attempt": self.attempt,
         }

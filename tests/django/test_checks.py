@@ -99,7 +99,8 @@ def test_e002_unknown_nested_key_without_a_close_match_lists_the_accepted_keys()
     assert run({"EXECUTION": {"BACKEND": "x"}}) == [
         Error(
             """Unknown key 'BACKEND' in TOOL_CALLING["EXECUTION"].""",
-            hint="The accepted keys are: MAX_CONCURRENT_CALLS, MODE, QUEUE, TIMEOUT.",
+            hint="The accepted keys are: LEASE_SECONDS, MAX_ATTEMPTS, MAX_CONCURRENT_CALLS, MODE, "
+            "QUEUE, REDISPATCH_AFTER, TIMEOUT, TIMEOUT_GRACE, WAIT_MARGIN.",
             id="tool_calling.E002",
         )
     ]
@@ -229,6 +230,124 @@ def test_e003_reports_every_bad_limit_at_once():
         for error in run({"LIMITS": {"MAX_CALLS_PER_TOOL_DEFAULT": -1, "MAX_TOTAL_TOOL_CALLS": 0}})
     ]
     assert ids == ["tool_calling.E003", "tool_calling.E003"]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "TIMEOUT",
+        "TIMEOUT_GRACE",
+        "LEASE_SECONDS",
+        "MAX_ATTEMPTS",
+        "WAIT_MARGIN",
+        "REDISPATCH_AFTER",
+    ],
+)
+@pytest.mark.parametrize("value", [0, -1, None, True, "30", 1.5])
+def test_e003_execution_timings_must_be_positive_integers(key, value):
+    assert run({"EXECUTION": {key: value}}) == [
+        e003(f"""The value of 'TOOL_CALLING["EXECUTION"]["{key}"]' must be a positive integer.""")
+    ]
+
+
+# --- E010: the broker's visibility timeout (R7) ----------------------------------------------
+
+REDIS = "redis://127.0.0.1:6379/0"
+
+
+def test_e010_a_visibility_timeout_shorter_than_a_tool_calls_hard_limit(settings):
+    settings.CELERY_BROKER_URL = REDIS
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600}
+    settings.CELERY_TASK_TIME_LIMIT = 60
+    assert run({"EXECUTION": {"TIMEOUT": 590, "TIMEOUT_GRACE": 10}}) == [
+        Error(
+            "The broker's visibility timeout "
+            """(CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = 600 s) must be longer """
+            """than the longest time a task may run (TOOL_CALLING["EXECUTION"]["TIMEOUT"] + """
+            """TOOL_CALLING["EXECUTION"]["TIMEOUT_GRACE"] = 600 s): the broker would deliver """
+            "the task again while it still runs.",
+            hint="Set CELERY_BROKER_TRANSPORT_OPTIONS = {'visibility_timeout': 1800} (and the "
+            "same value in CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS and "
+            "CELERY_VISIBILITY_TIMEOUT), or lower the time limit.",
+            id="tool_calling.E010",
+        )
+    ]
+    assert run({"EXECUTION": {"TIMEOUT": 589, "TIMEOUT_GRACE": 10}}) == []
+
+
+def test_e010_the_celery_task_time_limit_counts_too_and_the_default_applies(settings):
+    settings.CELERY_BROKER_URL = "rediss://cache.example:6380/1"
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {}
+    settings.CELERY_TASK_TIME_LIMIT = 4000
+    assert run({}) == [
+        Error(
+            "The broker's visibility timeout (the transport's default = 3600 s) must be longer "
+            "than the longest time a task may run (CELERY_TASK_TIME_LIMIT = 4000 s): the broker "
+            "would deliver the task again while it still runs.",
+            hint="Set CELERY_BROKER_TRANSPORT_OPTIONS = {'visibility_timeout': 8000} (and the "
+            "same value in CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS and "
+            "CELERY_VISIBILITY_TIMEOUT), or lower the time limit.",
+            id="tool_calling.E010",
+        )
+    ]
+
+
+@pytest.mark.parametrize("value", [0, -5, "1800", True])
+def test_e010_a_visibility_timeout_that_is_not_a_number(settings, value):
+    settings.CELERY_BROKER_URL = REDIS
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": value}
+    assert run({}) == [
+        Error(
+            """The value of 'CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]' must be a """
+            "positive number of seconds.",
+            id="tool_calling.E010",
+        )
+    ]
+
+
+@pytest.mark.parametrize("url", ["memory://", "amqp://guest@localhost//", "", None])
+def test_e010_brokers_without_a_visibility_timeout_are_not_checked(settings, url):
+    settings.CELERY_BROKER_URL = url
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 1}
+    settings.CELERY_TASK_TIME_LIMIT = 60
+    assert run({}) == []
+
+
+def test_the_example_projects_celery_settings_pass_e010(settings):
+    from project import settings as project_settings
+
+    settings.CELERY_BROKER_URL = project_settings.CELERY_BROKER_URL
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = project_settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    assert run({"EXECUTION": {"MODE": "celery"}}) == []
+
+
+@pytest.mark.parametrize("value", ["", "  ", None, 3])
+def test_e011_the_default_queue_must_be_a_name(value):
+    assert run({"EXECUTION": {"QUEUE": value}}) == [
+        Error(
+            """The value of 'TOOL_CALLING["EXECUTION"]["QUEUE"]' must be a non-empty string.""",
+            hint="Name the Celery queue your tool workers consume, e.g. 'tool_calling'.",
+            id="tool_calling.E011",
+        )
+    ]
+
+
+def test_e012_celery_mode_with_workers_that_accept_pickle(settings):
+    settings.CELERY_ACCEPT_CONTENT = ["json", "pickle", "application/x-yaml"]
+    assert run({"EXECUTION": {"MODE": "celery"}}) == [
+        Error(
+            "CELERY_ACCEPT_CONTENT must not accept 'application/x-yaml', 'pickle' when "
+            """TOOL_CALLING["EXECUTION"]["MODE"] is 'celery': a message pushed into a tool """
+            "queue would be deserialized, and could run code, on the workers.",
+            hint="Set CELERY_ACCEPT_CONTENT = ['json'] (and CELERY_TASK_SERIALIZER = 'json').",
+            id="tool_calling.E012",
+        )
+    ]
+    assert run({"EXECUTION": {"MODE": "inline"}}) == []
+    settings.CELERY_ACCEPT_CONTENT = ["json", "msgpack"]
+    assert run({"EXECUTION": {"MODE": "celery"}}) == []
+    del settings.CELERY_ACCEPT_CONTENT  # Celery's default: JSON only
+    assert run({"EXECUTION": {"MODE": "celery"}}) == []
 
 
 # --- E004 / E005 / E007: execution mode ----------------------------------------------------

@@ -52,6 +52,11 @@ def test_documented_defaults():
         "MAX_CONCURRENT_CALLS": 8,
         "QUEUE": "tool_calling",
         "TIMEOUT": 30,
+        "TIMEOUT_GRACE": 5,
+        "LEASE_SECONDS": 15,
+        "MAX_ATTEMPTS": 3,
+        "WAIT_MARGIN": 30,
+        "REDISPATCH_AFTER": 300,
     }
     assert DEFAULTS["LIMITS"] == {
         "MAX_CALLS_PER_TOOL_DEFAULT": 40,

