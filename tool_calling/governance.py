@@ -87,7 +87,7 @@ class ConversationBusyError(ToolCallingError):
 
 
 @contextmanager
-def conversation_turn(conversation_id: object) -> Iterator[None]:
+def conversation_turn(conversation_id: uuid.UUID | str) -> Iterator[None]:
     """Hold ``conversation_id`` for one turn, so two turns never interleave their messages.
 
     The claim is one conditional UPDATE (atomic on SQLite and PostgreSQL). A claim older than
@@ -121,7 +121,7 @@ class ConversationTurnAdvisor(Advisor):
 
     order = HIGHEST_PRECEDENCE
 
-    def __init__(self, conversation_id: object) -> None:
+    def __init__(self, conversation_id: uuid.UUID | str) -> None:
         self.conversation_id = conversation_id
 
     def advise_call(self, request: ChatClientRequest, chain: AdvisorChain) -> ChatClientResponse:
@@ -488,7 +488,7 @@ def governed_chat_client(
         )
         # Inside the tool loop: every step is stored as it happens, not only the final answer.
         builder.default_advisors(
-            ConversationTurnAdvisor(conversation_id),
+            ConversationTurnAdvisor(conversation.pk),
             MessageChatMemoryAdvisor(
                 memory, order=ToolCallingAdvisor.order + 1, conversation_id=str(conversation_id)
             ),
