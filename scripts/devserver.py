@@ -58,7 +58,7 @@ SCRIPTED_BANNER = (
     "ANSWERS ARE SCRIPTED — no model configured; set OPENAI_API_KEY/OPENAI_BASE_URL for a real "
     "model"
 )
-TRY_MESSAGE = "What's the weather in Oslo? Use get_weather."
+TRY_MESSAGE = "What's the weather in Oslo?"
 WORKER_QUEUES = "tool_calling,celery"
 # -B embeds beat, which sends the periodic tasks of CELERY_BEAT_SCHEDULE (the sweeper).
 WORKER_ARGS = f"-A project worker -B -Q {WORKER_QUEUES} --concurrency 2 -l info"
