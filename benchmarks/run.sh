@@ -3,6 +3,8 @@
 # requirements plus the peers of benchmarks/requirements.txt. A first argument naming a benchmark
 # runs benchmarks/NAME.py with the rest, e.g. `bash benchmarks/run.sh turn --profile`; without one
 # it runs benchmarks/dispatch.py, e.g. `bash benchmarks/run.sh --json bench.json --profile`.
+# `bash benchmarks/run.sh celery` runs benchmarks/celery.py, which starts its own redis-server
+# and Celery workers (with this venv's Python) and stops them at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -29,6 +29,10 @@ else
 fi
 
 echo "== services for the test tiers"
+if ! bash scripts/setup_postgres.sh status >/dev/null 2>&1; then
+    # Started here, so stopped here: a server left running would block the next checkout's run.
+    trap 'bash scripts/setup_postgres.sh stop >/dev/null 2>&1 || true' EXIT
+fi
 bash scripts/setup_postgres.sh >/dev/null
 
 # --- Celery tier (tests/celery, issue #5): real Redis and real workers -- begin ---------------

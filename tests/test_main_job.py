@@ -229,9 +229,7 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
         assert web.get("/").headers["location"] == "/admin/"
 
     # A chat turn against the replay server calls the demo tool.
-    chat = run(
-        [sys.executable, "manage.py", "chat", "What's the weather in Oslo?"], env
-    )
+    chat = run([sys.executable, "manage.py", "chat", "What's the weather in Oslo?"], env)
     assert chat.returncode == 0, chat.stderr
     weather = get_weather("Oslo")
     assert "get_weather" in chat.stdout

@@ -42,6 +42,7 @@ __all__ = [
     "ToolCallTimeoutError",
     "execution_mode",
     "outcome_of",
+    "record_call",
 ]
 
 logger = logging.getLogger("tool_calling.execution")
@@ -277,6 +278,53 @@ def _json_context(tool_context: Mapping[str, Any], tool_name: str) -> dict[str, 
     return context
 
 
+def record_call(
+    tool_call: ToolCall,
+    tool_context: Mapping[str, Any],
+    *,
+    user: Any = None,
+    conversation_id: Any = None,
+    assistant_message_id: int | None = None,
+    run_id: Any = None,
+    tool: models.Tool | None = None,
+) -> models.ToolExecution:
+    """Record a call for a worker: a ``PENDING`` row with the exact arguments and context.
+
+    The caller sends it with ``tool_calling.tasks.dispatch_on_commit(row.pk)``. Shared by the
+    waiting executor (:class:`CeleryToolExecutor`) and durable runs (``tool_calling.runs``).
+
+    Raises:
+        ToolCallingError: the tool context is not JSON.
+    """
+    name = tool_call.name
+    if tool is None:
+        tool = models.Tool.objects.filter(name=name).first()
+    timeout = int(
+        tool.timeout if tool is not None and tool.timeout else app_settings.EXECUTION["TIMEOUT"]
+    )
+    arguments = tool_call.arguments
+    return models.ToolExecution.objects.create(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        assistant_message_id=assistant_message_id,
+        tool_call_id=tool_call.id[:200],
+        tool=tool,
+        tool_name=name[:200],
+        arguments=audit_text(arguments, tool_name=name, field="arguments"),
+        user=user if getattr(user, "is_authenticated", False) else None,
+        status=models.ExecutionStatus.PENDING,
+        mode=models.ExecutionMode.CELERY,
+        queue=(tool.queue if tool is not None and tool.queue else "")
+        or str(app_settings.EXECUTION["QUEUE"]),
+        timeout=timeout,
+        idempotent=bool(tool is not None and tool.idempotent),
+        payload={
+            "arguments": arguments if arguments and not arguments.isspace() else "{}",
+            "context": _json_context(tool_context, name),
+        },
+    )
+
+
 class CeleryToolExecutor:
     """A ``ToolCallExecutor`` that runs each call on a Celery worker and waits for it.
 
@@ -332,32 +380,15 @@ class CeleryToolExecutor:
                 "current database transaction commits; run the turn outside atomic() (and "
                 "without ATOMIC_REQUESTS), or run the tool inline."
             )
-        tool = self.tools.get(name)
-        if tool is None:
-            tool = models.Tool.objects.filter(name=name).first()
-        timeout = int(
-            tool.timeout if tool is not None and tool.timeout else app_settings.EXECUTION["TIMEOUT"]
-        )
-        arguments = tool_call.arguments
-        row = models.ToolExecution.objects.create(
+        row = record_call(
+            tool_call,
+            tool_context,
+            user=self.user,
             conversation_id=self.conversation_id,
             assistant_message_id=_assistant_message_id.get(),
-            tool_call_id=tool_call.id[:200],
-            tool=tool,
-            tool_name=name[:200],
-            arguments=audit_text(arguments, tool_name=name, field="arguments"),
-            user=self.user,
-            status=models.ExecutionStatus.PENDING,
-            mode=models.ExecutionMode.CELERY,
-            queue=(tool.queue if tool is not None and tool.queue else "")
-            or str(app_settings.EXECUTION["QUEUE"]),
-            timeout=timeout,
-            idempotent=bool(tool is not None and tool.idempotent),
-            payload={
-                "arguments": arguments if arguments and not arguments.isspace() else "{}",
-                "context": _json_context(tool_context, name),
-            },
+            tool=self.tools.get(name),
         )
+        timeout = row.timeout or int(app_settings.EXECUTION["TIMEOUT"])
         dispatch_on_commit(row.pk)
         future = _ExecutionFuture(self._waiter, row.pk, name, _wait_seconds(timeout))
         self._waiter.add(future)

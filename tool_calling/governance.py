@@ -60,10 +60,17 @@ __all__ = [
     "ConversationTurnAdvisor",
     "GovernedToolCallingManager",
     "ToolNotAvailableError",
+    "GovernedTurn",
     "audit_text",
+    "chat_memory",
+    "claim_conversation",
     "conversation_turn",
+    "governed_turn",
+    "memory_advisor",
     "governed_chat_client",
     "refusal_text",
+    "release_conversation",
+    "renew_conversation_claim",
     "run_governed_call",
 ]
 
@@ -86,15 +93,15 @@ class ConversationBusyError(ToolCallingError):
         """The busy conversation."""
 
 
-@contextmanager
-def conversation_turn(conversation_id: uuid.UUID | str) -> Iterator[None]:
-    """Hold ``conversation_id`` for one turn, so two turns never interleave their messages.
+def claim_conversation(conversation_id: uuid.UUID | str) -> str:
+    """Claim ``conversation_id`` for one turn and return the claim's token.
 
     The claim is one conditional UPDATE (atomic on SQLite and PostgreSQL). A claim older than
     ``CONVERSATION_TURN_TIMEOUT`` seconds is taken over: a crashed turn never blocks for good.
 
     Raises:
         ConversationBusyError: another turn holds the conversation.
+        Conversation.DoesNotExist: there is no such conversation.
     """
     token = uuid.uuid4().hex
     now = timezone.now()
@@ -108,12 +115,40 @@ def conversation_turn(conversation_id: uuid.UUID | str) -> Iterator[None]:
         if not models.Conversation.objects.filter(pk=conversation_id).exists():
             raise models.Conversation.DoesNotExist(f"No conversation {conversation_id}")
         raise ConversationBusyError(conversation_id)
-    try:
-        yield
-    finally:
+    return token
+
+
+def renew_conversation_claim(conversation_id: uuid.UUID | str, token: str) -> bool:
+    """Restart the timeout of the claim ``token``; False when the claim was lost."""
+    return bool(
+        models.Conversation.objects.filter(pk=conversation_id, turn_token=token).update(
+            turn_started_at=timezone.now()
+        )
+    )
+
+
+def release_conversation(conversation_id: uuid.UUID | str, token: str) -> None:
+    """End the claim ``token`` (nothing happens if another turn took the conversation over)."""
+    if token:
         models.Conversation.objects.filter(pk=conversation_id, turn_token=token).update(
             turn_token="", turn_started_at=None
         )
+
+
+@contextmanager
+def conversation_turn(conversation_id: uuid.UUID | str) -> Iterator[None]:
+    """Hold ``conversation_id`` for one turn, so two turns never interleave their messages.
+
+    See :func:`claim_conversation`; the claim ends with the block.
+
+    Raises:
+        ConversationBusyError: another turn holds the conversation.
+    """
+    token = claim_conversation(conversation_id)
+    try:
+        yield
+    finally:
+        release_conversation(conversation_id, token)
 
 
 class ConversationTurnAdvisor(Advisor):
@@ -298,12 +333,15 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         governed: GovernedTools,
         conversation_id: str | uuid.UUID | None = None,
         user: Any = None,
+        run_id: uuid.UUID | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("limits", governed.limits(core_settings().limits))
         super().__init__(**kwargs)
         self.governed = governed
         self.conversation_id = conversation_id
+        self.run_id = run_id
+        """The durable run whose calls this manager plans (recorded in the audit)."""
         self.user = user if getattr(user, "is_authenticated", False) else None
 
     @property
@@ -324,6 +362,7 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         fields.setdefault("idempotent", bool(row is not None and row.idempotent))
         return models.ToolExecution.objects.create(
             conversation_id=self.conversation_id,
+            run_id=self.run_id,
             assistant_message_id=_assistant_message_id.get(),
             tool_call_id=call.id[:200],
             tool=row,
@@ -445,6 +484,57 @@ def default_chat_model() -> ChatModel:
     return OpenAIChatModel()
 
 
+@dataclass
+class GovernedTurn:
+    """What one governed turn runs with: the manager, the offered tools and the tool context."""
+
+    manager: GovernedToolCallingManager
+    """Plans and runs the calls, audited."""
+    callbacks: list[ToolCallback]
+    """The tools offered to the model."""
+    tool_context: dict[str, Any]
+    """Server-side context every call receives (user and conversation ids)."""
+
+
+def governed_turn(
+    *,
+    user: Any = None,
+    conversation_id: uuid.UUID | None = None,
+    tool_names: list[str] | None = None,
+    tool_registry: ToolRegistry | None = None,
+    run_id: uuid.UUID | None = None,
+) -> GovernedTurn:
+    """Read the database's governance for one turn of ``user`` (a snapshot of the tools)."""
+    governed = GovernedTools(user, tool_registry)
+    manager = GovernedToolCallingManager(
+        governed=governed,
+        conversation_id=conversation_id,
+        user=user,
+        run_id=run_id,
+        resolution_fallback_enabled=False,
+    )
+    context: dict[str, Any] = {}
+    if getattr(user, "is_authenticated", False):
+        context["user_id"] = user.pk
+    if conversation_id is not None:
+        context["conversation_id"] = str(conversation_id)
+    return GovernedTurn(manager, governed.callbacks(tool_names), context)
+
+
+def chat_memory() -> MessageWindowChatMemory:
+    """The memory of stored conversations (the ``Message`` table, windowed by the setting)."""
+    return MessageWindowChatMemory(
+        DjangoChatMemoryRepository(), max_messages=app_settings.MEMORY_MAX_MESSAGES
+    )
+
+
+def memory_advisor(conversation_id: uuid.UUID) -> MessageChatMemoryAdvisor:
+    """The memory advisor of governed turns: inside the tool loop, so every step is stored."""
+    return MessageChatMemoryAdvisor(
+        chat_memory(), order=ToolCallingAdvisor.order + 1, conversation_id=str(conversation_id)
+    )
+
+
 def governed_chat_client(
     *,
     user: Any = None,
@@ -461,36 +551,24 @@ def governed_chat_client(
     step of the turn (user message, each assistant tool-call message, each batch of tool
     responses, the answer) is stored as it happens.
     """
-    governed = GovernedTools(user, tool_registry)
     conversation_id = conversation.pk if conversation is not None else None
-    manager = GovernedToolCallingManager(
-        governed=governed,
-        conversation_id=conversation_id,
+    turn = governed_turn(
         user=user,
-        resolution_fallback_enabled=False,
+        conversation_id=conversation_id,
+        tool_names=tool_names,
+        tool_registry=tool_registry,
     )
-    context: dict[str, Any] = {}
-    if getattr(user, "is_authenticated", False):
-        context["user_id"] = user.pk
-    if conversation_id is not None:
-        context["conversation_id"] = str(conversation_id)
     builder: ChatClientBuilder = (
         ChatClient.builder(model or default_chat_model())
-        .default_tools(governed.callbacks(tool_names))
-        .default_tool_context(context)
-        .tool_calling_manager(manager)
+        .default_tools(turn.callbacks)
+        .default_tool_context(turn.tool_context)
+        .tool_calling_manager(turn.manager)
     )
     if system:
         builder.default_system(system)
     if conversation is not None:
-        memory = MessageWindowChatMemory(
-            DjangoChatMemoryRepository(), max_messages=app_settings.MEMORY_MAX_MESSAGES
-        )
         # Inside the tool loop: every step is stored as it happens, not only the final answer.
         builder.default_advisors(
-            ConversationTurnAdvisor(conversation.pk),
-            MessageChatMemoryAdvisor(
-                memory, order=ToolCallingAdvisor.order + 1, conversation_id=str(conversation_id)
-            ),
+            ConversationTurnAdvisor(conversation.pk), memory_advisor(conversation.pk)
         )
     return builder.build()

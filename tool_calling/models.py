@@ -316,6 +316,15 @@ class ToolExecution(models.Model):
         verbose_name=_("assistant message"),
         help_text=_("The message in which the model asked for this call."),
     )
+    run = models.ForeignKey(
+        "Run",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="tool_executions",
+        verbose_name=_("run"),
+        help_text=_("The durable run (background turn) that made the call; empty otherwise."),
+    )
     tool_call_id = models.CharField(_("tool call id"), max_length=200, blank=True)
     tool = models.ForeignKey(
         Tool,
@@ -446,3 +455,136 @@ class ToolExecution(models.Model):
             "mode": self.mode,
             "attempt": self.attempt,
         }
+
+
+class RunStatus(models.TextChoices):
+    """The state of a durable run (a turn driven by Celery steps)."""
+
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    AWAITING_APPROVAL = "awaiting_approval", _("Awaiting approval")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+RUN_TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+"""Statuses a run leaves only when it is retried (failed) or never (succeeded, cancelled)."""
+
+
+class Run(models.Model):
+    """One turn of a conversation driven as Celery steps; every step is stored as it happens."""
+
+    id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(
+        Conversation,
+        on_delete=models.CASCADE,
+        related_name="runs",
+        verbose_name=_("conversation"),
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("user"),
+        help_text=_("The user whose tools and permissions the turn runs with."),
+    )
+    status = models.CharField(
+        _("status"), max_length=32, choices=RunStatus.choices, default=RunStatus.QUEUED
+    )
+    text = models.TextField(_("user message"), help_text=_("What the user sent."))
+    user_message = models.ForeignKey(
+        Message,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("stored user message"),
+        help_text=_("The message that starts the turn; the turn is every message from it on."),
+    )
+    tool_names = models.JSONField(
+        _("tool names"),
+        null=True,
+        blank=True,
+        help_text=_("Only these of the user's tools are offered; empty = all of them."),
+    )
+    answer = models.TextField(_("answer"), null=True, blank=True)
+    finish_reason = models.CharField(_("finish reason"), max_length=64, blank=True)
+    error = models.TextField(_("error"), blank=True, help_text=_("Why the run failed."))
+    rounds = models.PositiveIntegerField(
+        _("model rounds"), default=0, help_text=_("Model calls made in this turn.")
+    )
+    step = models.PositiveIntegerField(
+        _("step"),
+        default=0,
+        help_text=_("Steps started so far; only the step holding the lease may advance the run."),
+    )
+    step_lease_expires_at = models.DateTimeField(
+        _("step lease expires"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Set while a step runs; a step whose worker died is taken over after it."),
+    )
+    waiting_for = models.ForeignKey(
+        Message,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        editable=False,
+        verbose_name=_("waiting for the calls of"),
+        help_text=_("The assistant message whose tool calls run on workers now."),
+    )
+    plan = models.JSONField(
+        _("planned calls"),
+        default=dict,
+        blank=True,
+        editable=False,
+        help_text=_("The calls of the waited-for message: which run, which were answered."),
+    )
+    turn_token = models.CharField(_("conversation claim"), max_length=64, blank=True)
+    cancel_requested = models.BooleanField(_("cancel requested"), default=False)
+    event_count = models.PositiveIntegerField(_("events"), default=0, editable=False)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["conversation", "-created_at"], name="tc_run_conv_created"),
+            models.Index(fields=["status", "-created_at"], name="tc_run_status_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} run {self.pk} ({self.status})"
+
+
+class RunEvent(models.Model):
+    """One thing that happened in a run, in order (streamed to clients)."""
+
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="events", verbose_name=_("run")
+    )
+    sequence = models.PositiveIntegerField(
+        _("sequence"), help_text=_("Position in the run, from 1.")
+    )
+    kind = models.CharField(_("kind"), max_length=64)
+    data = models.JSONField(_("data"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("run event")
+        verbose_name_plural = _("run events")
+        ordering = ["run", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "sequence"], name="tc_runevent_run_sequence")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} #{self.sequence} {self.kind}"

@@ -60,6 +60,7 @@ __all__ = [
     "execute_tool_call",
     "in_worker_task",
     "record",
+    "run_step",
     "sweep_tool_executions",
 ]
 
@@ -444,6 +445,7 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
     worker = _worker_name(getattr(request, "hostname", None), os.getpid())
     claimed = claim(tool_execution_id, task_id=request.id or "", worker=worker)
     if claimed is None:
+        _call_ended(tool_execution_id, report=False)
         return
     heartbeat = _Heartbeat(claimed)
     heartbeat.start()
@@ -452,6 +454,7 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
     finally:
         heartbeat.stop()
     record(claimed, outcome, name)
+    _call_ended(tool_execution_id)
     failure = outcome.exception
     if isinstance(failure, ToolExecutionException):
         failure = failure.cause
@@ -459,6 +462,30 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
         # SystemExit or KeyboardInterrupt (the pool terminating this process): recorded, and
         # the process still stops as it was told to.
         raise failure
+
+
+def _call_ended(execution_id: int, *, report: bool = True) -> None:
+    """A call of a durable run ended: queue the run's next step if it was the last one."""
+    from tool_calling.runs import tool_call_finished
+
+    try:
+        tool_call_finished(execution_id, report=report)
+    except Exception:  # the sweeper queues the step later
+        logger.exception("Could not queue the next step after tool call %s", execution_id)
+
+
+@shared_task(
+    name="tool_calling.run_step", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def run_step(run_id: str) -> None:
+    """Advance durable run ``run_id`` until it ends or waits for tool calls (never blocks).
+
+    A redelivered step finds the run's lease held (does nothing) or expired (takes over and
+    continues from the database).
+    """
+    from tool_calling.runs import advance_run
+
+    advance_run(run_id)
 
 
 # -- the sweeper --------------------------------------------------------------------------------
@@ -514,6 +541,12 @@ def sweep_tool_executions() -> dict[str, int]:
         status__in=models.TERMINAL_STATUSES, created_at__lt=now - datetime.timedelta(seconds=wait)
     ).exclude(payload={})
     counts["purged"] = stale.update(payload={})
+    from tool_calling.runs import sweep_runs
+
+    # Durable runs whose next step was lost (publish failed, message lost with the broker).
+    steps = sweep_runs()
+    if steps:
+        logger.info("Swept durable runs: queued %s steps", steps)
     if counts["redispatched"] or counts["settled"]:
         logger.info("Swept tool calls: %s", counts)
     return counts

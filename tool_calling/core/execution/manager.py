@@ -9,6 +9,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from types import EllipsisType
 from typing import Protocol, runtime_checkable
 
@@ -49,7 +50,7 @@ from tool_calling.exceptions import (
     ToolResolutionError,
 )
 
-__all__ = ["DefaultToolCallingManager", "ToolCallExecutor", "ToolCallingManager"]
+__all__ = ["DefaultToolCallingManager", "ToolCallExecutor", "ToolCallPlan", "ToolCallingManager"]
 
 logger = logging.getLogger("tool_calling.execution")
 
@@ -86,6 +87,28 @@ class ToolCallExecutor(Protocol):
         self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
     ) -> Future[str]:
         """Start the call and return a future of the tool's text result."""
+
+
+@dataclass(frozen=True)
+class ToolCallPlan:
+    """What :meth:`DefaultToolCallingManager.plan_tool_calls` decided for one assistant message."""
+
+    prompt: Prompt
+    """The prompt the calls answer (limits were counted over its messages)."""
+    assistant: AssistantMessage
+    """The assistant message whose calls are planned."""
+    responses: list[ToolResponse | None]
+    """Per call, in call order: the response of a call answered without running it (a limit
+    with ``RETURN_ERROR_RESPONSE``, an unknown tool), else ``None``."""
+    jobs: list[tuple[int, ToolCall, ToolCallback]]
+    """The calls to run: ``(index in the message, call, callback)``, in call order."""
+    breach: tuple[int, str | None, int] | None = None
+    """``(index, tool name or None for the total, limit)`` of a THROW breach; the calls from
+    ``index`` on are not planned."""
+    context: ToolContext = field(default_factory=ToolContext)
+    """The tool context the calls run with."""
+    strict: bool = False
+    """Whether bad arguments raise instead of becoming error responses."""
 
 
 _SHARED_POOL_SIZE = 32
@@ -242,6 +265,9 @@ class DefaultToolCallingManager(ToolCallingManager):
     ) -> ToolExecutionResult:
         """Run the tool calls of the first generation that has any.
 
+        The same as ``complete_tool_calls(plan, outcomes)`` where ``plan`` is
+        ``plan_tool_calls(prompt, chat_response)`` and ``outcomes`` are those of its jobs.
+
         Returns:
             The prompt's messages, the assistant message and one ``ToolResponseMessage`` with a
             response per call in call order; ``return_direct`` when every executed tool is.
@@ -252,6 +278,20 @@ class DefaultToolCallingManager(ToolCallingManager):
             ToolExecutionException: a tool failed and the exception processor re-raised.
             ToolArgumentsError, ToolResolutionError: bad arguments or unknown tool with strict
                 tool calls.
+        """
+        plan = self.plan_tool_calls(prompt, chat_response)
+        outcomes = self._run(plan.jobs, plan.context, core_settings().max_concurrent_calls)
+        return self.complete_tool_calls(plan, outcomes)
+
+    def plan_tool_calls(self, prompt: Prompt, chat_response: ChatResponse) -> ToolCallPlan:
+        """Count the limits and look the tools up: decide which calls run, answer the others.
+
+        Nothing runs here; a caller that runs the jobs elsewhere (a durable run's Celery
+        tasks) hands their outcomes to :meth:`complete_tool_calls`.
+
+        Raises:
+            ValueError: the response has no tool calls.
+            ToolResolutionError: an unknown tool with strict tool calls.
         """
         for generation in chat_response.generations:
             if generation.output.tool_calls:
@@ -301,8 +341,32 @@ class DefaultToolCallingManager(ToolCallingManager):
                 responses[index] = ToolResponse(call.id, call.name, text, is_error=True)
                 continue
             jobs.append((index, call, callback))
+        return ToolCallPlan(
+            prompt=prompt,
+            assistant=assistant,
+            responses=responses,
+            jobs=jobs,
+            breach=breach,
+            context=context,
+            strict=strict,
+        )
 
-        outcomes = self._run(jobs, context, settings.max_concurrent_calls)
+    def complete_tool_calls(
+        self, plan: ToolCallPlan, outcomes: Sequence[tuple[str | None, BaseException | None]]
+    ) -> ToolExecutionResult:
+        """Build the result of a planned batch from the outcomes of its jobs, in job order.
+
+        Each outcome is ``(text, None)`` for a call that returned, or ``(None, exception)``.
+
+        Raises:
+            ToolCallLimitExceededException: the plan recorded a breach with the THROW behaviour.
+            ToolExecutionException: a tool failed and the exception processor re-raised.
+            ToolArgumentsError: bad arguments with strict tool calls.
+        """
+        settings = core_settings()
+        calls = plan.assistant.tool_calls
+        responses = list(plan.responses)
+        jobs = plan.jobs
         max_chars = (
             settings.max_result_chars
             if isinstance(self.max_result_chars, EllipsisType)
@@ -323,10 +387,13 @@ class DefaultToolCallingManager(ToolCallingManager):
                     result = _truncate(result, max_chars)
                 responses[index] = ToolResponse(call.id, call.name, result)
             else:
-                responses[index] = self._error_response(call, callback, error, strict, max_chars)
+                responses[index] = self._error_response(
+                    call, callback, error, plan.strict, max_chars
+                )
 
-        if breach is not None:
-            index, tool_name, limit = breach
+        prompt, assistant = plan.prompt, plan.assistant
+        if plan.breach is not None:
+            index, tool_name, limit = plan.breach
             call = calls[index]
             done = [r for r in responses[:index] if r is not None]
             done.append(

@@ -22,7 +22,7 @@ from tool_calling.core.chat.messages import (
     ToolResponse,
     ToolResponseMessage,
 )
-from tool_calling.core.chat.prompt import Prompt
+from tool_calling.core.chat.prompt import ChatOptions, Prompt
 from tool_calling.core.chat.response import ChatResponse, Generation
 from tool_calling.core.execution.eligibility import (
     DefaultToolExecutionEligibilityPredicate,
@@ -32,7 +32,16 @@ from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolC
 from tool_calling.core.execution.result import ToolExecutionResult
 from tool_calling.exceptions import ToolCallLimitExceededException
 
-__all__ = ["DEFAULT_MAX_TOOL_ROUNDS", "TOOL_ROUNDS_EXCEEDED", "ToolCallingAdvisor"]
+__all__ = [
+    "ANSWERED",
+    "DEFAULT_MAX_TOOL_ROUNDS",
+    "RUN_TOOLS",
+    "TOOL_ROUNDS_EXCEEDED",
+    "LoopEnding",
+    "ToolCallingAdvisor",
+    "decide_after_model",
+    "decide_after_tools",
+]
 
 DEFAULT_MAX_TOOL_ROUNDS = 100
 """Model calls one turn may make before the loop stops, whatever the per-tool limits say."""
@@ -141,52 +150,31 @@ class ToolCallingAdvisor(Advisor):
         if chat_response is not None:
             state.usage = add_usage(state.usage, chat_response.metadata.get("usage"))
         options = state.request.prompt.options
-        if chat_response is None or not self.eligibility.test(options, chat_response):
+        decision = decide_after_model(
+            options,
+            chat_response,
+            rounds=state.rounds,
+            max_tool_rounds=self.max_tool_rounds,
+            eligibility=self.eligibility,
+        )
+        if decision == ANSWERED:
             return response, None
-        if state.rounds >= self.max_tool_rounds:
-            # Checked before running the calls: their results could only reach the model in
-            # a round this turn may not make, and tools can have side effects.
-            text = (
-                f"Tool round limit ({self.max_tool_rounds}) exceeded for this turn. "
-                "The model kept calling tools without answering."
-            )
-            final = ChatResponse(
-                [Generation(AssistantMessage(text), finish_reason=TOOL_ROUNDS_EXCEEDED)],
-                metadata=dict(chat_response.metadata),
-            )
-            calls = _calls_of(chat_response)
-            not_run = "Not run: the tool round limit of this turn was reached."
-            _loop_ended(
-                chain,
-                request,
-                [_answer_all(calls, [], not_run), *_outputs(final)],
-            )
-            return ChatClientResponse(final, response.context), None
+        if isinstance(decision, LoopEnding):
+            _loop_ended(chain, request, decision.messages)
+            return ChatClientResponse(decision.response, response.context), None
+        assert chat_response is not None
         prompt = Prompt(state.history, options)
+        outcome: ToolExecutionResult | ToolCallLimitExceededException
         try:
-            result = self.tool_calling_manager.execute_tool_calls(prompt, chat_response)
+            outcome = self.tool_calling_manager.execute_tool_calls(prompt, chat_response)
         except ToolCallLimitExceededException as exc:
-            final = ChatResponse([exc.build_generation()], metadata=dict(chat_response.metadata))
-            partial = exc.partial_result.tool_responses if exc.partial_result else None
-            not_run = "Not run: the tool call limit of this turn was reached."
-            _loop_ended(
-                chain,
-                request,
-                [
-                    _answer_all(
-                        _calls_of(chat_response), partial.responses if partial else [], not_run
-                    ),
-                    *_outputs(final),
-                ],
-            )
-            return ChatClientResponse(final, response.context), None
-        if result.return_direct:
-            final = ChatResponse(
-                ToolExecutionResult.build_generations(result), metadata=dict(chat_response.metadata)
-            )
-            _loop_ended(chain, request, [result.conversation_history[-1], *_outputs(final)])
-            return ChatClientResponse(final, response.context), None
-        return None, self._next_request(state, result)
+            outcome = exc
+        ending = decide_after_tools(chat_response, outcome)
+        if ending is not None:
+            _loop_ended(chain, request, ending.messages)
+            return ChatClientResponse(ending.response, response.context), None
+        assert isinstance(outcome, ToolExecutionResult)
+        return None, self._next_request(state, outcome)
 
     def _with_usage(self, state: LoopState, response: ChatClientResponse) -> ChatClientResponse:
         chat_response = response.chat_response
@@ -249,6 +237,93 @@ class ToolCallingAdvisor(Advisor):
                 return
             assert following is not None
             current = following
+
+
+ANSWERED = "answered"
+"""``decide_after_model``: the model answered (or its calls are not for the loop to run)."""
+RUN_TOOLS = "run_tools"
+"""``decide_after_model``: run the response's tool calls, then decide with
+``decide_after_tools``."""
+
+
+@dataclass(frozen=True)
+class LoopEnding:
+    """How the loop ends a turn itself (round limit, call limit, return-direct)."""
+
+    response: ChatResponse
+    """The final response the loop built."""
+    messages: list[Message]
+    """What the advisors inside the loop are told (``loop_ended``): the tool responses of the
+    last batch (every call answered), then the final outputs."""
+
+
+def decide_after_model(
+    options: ChatOptions | None,
+    chat_response: ChatResponse | None,
+    *,
+    rounds: int,
+    max_tool_rounds: int,
+    eligibility: ToolExecutionEligibilityPredicate,
+) -> str | LoopEnding:
+    """Decide what follows a model response: ``ANSWERED``, ``RUN_TOOLS`` or a ``LoopEnding``.
+
+    The one decision the in-process loop (``ToolCallingAdvisor``) and durable runs
+    (``tool_calling.runs``) both take.
+
+    Args:
+        options: The options of the turn's request.
+        chat_response: The model's response.
+        rounds: Model calls made in this turn, this one included.
+        max_tool_rounds: Model calls allowed per turn.
+        eligibility: Decides whether the response's tool calls run in the loop.
+    """
+    if chat_response is None or not eligibility.test(options, chat_response):
+        return ANSWERED
+    if rounds >= max_tool_rounds:
+        # Checked before running the calls: their results could only reach the model in
+        # a round this turn may not make, and tools can have side effects.
+        text = (
+            f"Tool round limit ({max_tool_rounds}) exceeded for this turn. "
+            "The model kept calling tools without answering."
+        )
+        final = ChatResponse(
+            [Generation(AssistantMessage(text), finish_reason=TOOL_ROUNDS_EXCEEDED)],
+            metadata=dict(chat_response.metadata),
+        )
+        not_run = "Not run: the tool round limit of this turn was reached."
+        return LoopEnding(
+            final, [_answer_all(_calls_of(chat_response), [], not_run), *_outputs(final)]
+        )
+    return RUN_TOOLS
+
+
+def decide_after_tools(
+    chat_response: ChatResponse,
+    outcome: ToolExecutionResult | ToolCallLimitExceededException,
+) -> LoopEnding | None:
+    """Decide what follows a batch of tool calls: a ``LoopEnding``, or ``None`` to go on.
+
+    ``outcome`` is the manager's result, or the limit exception it raised (THROW).
+    """
+    if isinstance(outcome, ToolCallLimitExceededException):
+        final = ChatResponse([outcome.build_generation()], metadata=dict(chat_response.metadata))
+        partial = outcome.partial_result.tool_responses if outcome.partial_result else None
+        not_run = "Not run: the tool call limit of this turn was reached."
+        return LoopEnding(
+            final,
+            [
+                _answer_all(
+                    _calls_of(chat_response), partial.responses if partial else [], not_run
+                ),
+                *_outputs(final),
+            ],
+        )
+    if outcome.return_direct:
+        final = ChatResponse(
+            ToolExecutionResult.build_generations(outcome), metadata=dict(chat_response.metadata)
+        )
+        return LoopEnding(final, [outcome.conversation_history[-1], *_outputs(final)])
+    return None
 
 
 def _calls_of(chat_response: ChatResponse) -> list[ToolCall]:

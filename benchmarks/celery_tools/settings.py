@@ -1,0 +1,24 @@
+"""Settings of benchmarks/celery.py and of the workers it starts.
+
+tests/settings_celery.py (a Redis port and a state directory shared through environment
+variables, a SQLite file in WAL mode in that directory), with this app instead of the test
+tools, Redis as result backend (only the raw-Celery baseline reads results: tool-call tasks
+ignore theirs), the default EXECUTION settings except MODE "celery", and quiet logs.
+"""
+
+from tests.settings_celery import *  # noqa: F403
+from tests.settings_celery import INSTALLED_APPS, LOGGING, REDIS_URL
+
+INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "tests.celery.toolsapp"] + [
+    "benchmarks.celery_tools.apps.CeleryToolsConfig"
+]
+
+CELERY_RESULT_BACKEND = REDIS_URL
+
+# tool_calling's defaults (LEASE_SECONDS 15, TIMEOUT 30, ...), not the test tier's short ones.
+TOOL_CALLING = {**TOOL_CALLING, "EXECUTION": {"MODE": "celery"}}  # noqa: F405
+
+LOGGING = {
+    **LOGGING,
+    "loggers": {"tool_calling": {"handlers": ["console"], "level": "WARNING", "propagate": False}},
+}
