@@ -29,6 +29,9 @@ STATE_DIR = Path(
 )
 STATE_DIR.mkdir(parents=True, exist_ok=True)
 REDIS_PORT = int(os.environ.setdefault("TC_CELERY_REDIS_PORT", str(_free_port())))
+# The chat model of durable runs, which call it from the workers: a ReplayServer the tests
+# start on this port (tests/celery/test_runs_on_workers.py).
+MODEL_PORT = int(os.environ.setdefault("TC_CELERY_MODEL_PORT", str(_free_port())))
 
 # One SQLite file shared by the test process and the workers. pytest-django creates and
 # migrates it as the test database (TEST.NAME); the workers open it by NAME.
@@ -61,6 +64,12 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 
 TOOL_CALLING = {
     **TOOL_CALLING,
+    "CHAT_MODEL": {
+        **TOOL_CALLING.get("CHAT_MODEL", {}),
+        "BASE_URL": f"http://127.0.0.1:{MODEL_PORT}/v1",
+        "API_KEY": "test",
+        "MAX_RETRIES": 0,
+    },
     "EXECUTION": {
         "MODE": "celery",
         "TIMEOUT": 20,

@@ -1,0 +1,104 @@
+"""Durable turns on real workers: every step a Celery task, the model called from a worker."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from django.conf import settings
+
+from tool_calling import models, runs
+from tool_calling.sync import sync_tools
+from tool_calling.testing import ReplayServer
+
+from .conftest import start_worker, stop_worker, wait_ready
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("workers"),
+]
+
+
+def finished(run: models.Run, timeout: float = 60.0) -> models.Run:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run.refresh_from_db()
+        if run.status in ("succeeded", "failed", "cancelled"):
+            return run
+        time.sleep(0.1)
+    pytest.fail(f"run {run.pk} still {run.status} after {timeout} s")
+
+
+def transcript(conversation: models.Conversation) -> list[tuple[int, str]]:
+    return list(conversation.messages.order_by("sequence").values_list("sequence", "role"))
+
+
+def test_a_run_completes_on_workers_with_every_message_once():
+    sync_tools()
+    steps = [
+        {"tool_calls": [{"name": "sleepy", "arguments": {"key": "r1", "seconds": 0.1}}]},
+        {"text": "All done"},
+    ]
+    with ReplayServer(steps, port=settings.MODEL_PORT) as server:
+        conversation = models.Conversation.objects.create(title="durable")
+        run = finished(runs.start_turn(conversation, "Go"))
+        requests = len(server.requests)
+
+    assert (run.status, run.answer) == ("succeeded", "All done")
+    assert requests == 2  # one model call per round, made by the workers
+    assert [role for _, role in transcript(conversation)] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert [seq for seq, _ in transcript(conversation)] == [1, 2, 3, 4]
+    execution = models.ToolExecution.objects.get(run=run)
+    assert (execution.status, execution.attempt) == ("succeeded", 1)
+    assert execution.worker  # ran on a worker
+    kinds = list(run.events.order_by("sequence").values_list("kind", flat=True))
+    assert kinds[0] == "queued" and kinds[-1] == "succeeded"
+    assert kinds.index("model_call") < kinds.index("tool_calls") < kinds.index("tool_call_ended")
+    conversation.refresh_from_db()
+    assert conversation.turn_token == ""  # the run released the conversation
+
+
+def test_a_run_whose_worker_restarts_between_steps_completes_with_every_message_once(workers):
+    """Stop every worker while the run waits on its tool, start new ones: it still completes."""
+    sync_tools()
+    steps = [
+        {"tool_calls": [{"name": "sleepy", "arguments": {"key": "r2", "seconds": 1.5}}]},
+        {"text": "Recovered"},
+    ]
+    with ReplayServer(steps, port=settings.MODEL_PORT) as server:
+        conversation = models.Conversation.objects.create(title="restart")
+        run = runs.start_turn(conversation, "Go")
+        deadline = time.monotonic() + 30
+        while not models.ToolExecution.objects.filter(run=run, status="running").exists():
+            assert time.monotonic() < deadline, "the tool call never started"
+            time.sleep(0.05)
+        # A warm shutdown lets the running tool finish, then the worker exits between steps.
+        for worker in list(workers):
+            worker.process.send_signal(signal.SIGTERM)
+        for worker in list(workers):
+            stop_worker(worker)
+        replacements = [start_worker(index) for index in (7, 8)]
+        # The session stops every worker in this list; later tests use the live ones first.
+        workers[:] = replacements + workers
+        wait_ready(*replacements)
+        run = finished(run)
+        requests = len(server.requests)
+
+    assert (run.status, run.answer) == ("succeeded", "Recovered")
+    assert requests == 2
+    assert [role for _, role in transcript(conversation)] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert models.ToolExecution.objects.filter(run=run).count() == 1
+    log = (settings.STATE_DIR / "runs-sleepy.log").read_text().split()
+    assert log.count("r2") == 1  # the tool ran once
