@@ -26,7 +26,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tool_calling import models
+from tool_calling import _notify, models
 from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
@@ -183,8 +183,10 @@ class _Waiter:
     def wait_for(self, future: _ExecutionFuture, timeout: float | None) -> None:
         limit = None if timeout is None else time.monotonic() + timeout
         pause = _POLL_FIRST
+        wakeups = _notify.listener()
         with self._lock:
             while not future.done():
+                seen = wakeups.count if wakeups is not None else 0
                 self._poll()
                 if future.done():
                     return
@@ -195,7 +197,12 @@ class _Waiter:
                 if limit is not None and now >= limit:
                     raise FutureTimeoutError()
                 ends = [future.deadline] + ([limit] if limit is not None else [])
-                time.sleep(max(0.0, min(pause, min(ends) - now)))
+                delay = max(0.0, min(pause, min(ends) - now))
+                if wakeups is not None:
+                    # Woken as soon as a worker reports a call's end; the poll stays the record.
+                    wakeups.wait(seen, delay)
+                else:
+                    time.sleep(delay)
                 pause = min(pause * _POLL_FACTOR, _POLL_MAX)
 
     def _poll(self) -> None:

@@ -465,9 +465,11 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
 
 
 def _call_ended(execution_id: int, *, report: bool = True) -> None:
-    """A call of a durable run ended: queue the run's next step if it was the last one."""
+    """A call ended: wake callers waiting in-process, and queue a durable run's next step."""
+    from tool_calling import _notify
     from tool_calling.runs import tool_call_finished
 
+    _notify.call_ended(execution_id)
     try:
         tool_call_finished(execution_id, report=report)
     except Exception:  # the sweeper queues the step later
