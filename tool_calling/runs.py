@@ -367,7 +367,9 @@ def _model_round(state: _Step, last: models.Message) -> None:
         return ChatClientResponse(model.call(request.prompt), request.context)
 
     def stream_model(request: ChatClientRequest) -> Any:
-        raise NotImplementedError
+        return (
+            ChatClientResponse(chunk, request.context) for chunk in model.stream(request.prompt)
+        )
 
     # What the in-process loop sends with memory inside it: the last message; the memory
     # advisor puts the stored history before it and stores the model's message.

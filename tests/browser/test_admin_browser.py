@@ -35,9 +35,19 @@ CHROMIUM_ARGS = [
 DEMO_TOOLS = {"get_current_time", "get_weather", "add_numbers"}
 SETUP_HINT = "run `bash scripts/setup_browser.sh` to install chromium and playwright"
 
-sync_api = pytest.importorskip("playwright.sync_api", reason=f"playwright missing: {SETUP_HINT}")
-if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"{CHROMIUM} missing: {SETUP_HINT}", allow_module_level=True)
+try:
+    from playwright import sync_api
+except ImportError:  # reported by the test, never skipped: the suite's setup installs it
+    sync_api = None
+
+
+@pytest.fixture(autouse=True)
+def _browser_installed() -> None:
+    """Fail, never skip, without the browser: scripts/test.sh installs it on every machine."""
+    if sync_api is None:
+        pytest.fail(f"playwright is not installed: {SETUP_HINT}", pytrace=False)
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: {SETUP_HINT}", pytrace=False)
 
 
 def offered_tools(server: ReplayServer) -> set[str]:
