@@ -549,7 +549,9 @@ class DefaultToolCallingManager(ToolCallingManager):
     ) -> ToolResponse:
         failure = error.cause if isinstance(error, ToolExecutionException) else error
         if isinstance(failure, ToolFailure):
-            logger.info("Tool %s (call %s) failed: %s", _quote_name(call.name), call.id, failure)
+            logger.info(
+                "Tool %s (call %s) reported a failure to the model", _quote_name(call.name), call.id
+            )
             return ToolResponse(call.id, call.name, _truncate(str(failure), max_chars), True)
         if isinstance(error, ToolArgumentsError):
             if strict:
