@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
     "tool_calling",
     "project.demo",
 ]
@@ -142,7 +143,14 @@ STATIC_ROOT = BASE_DIR / "var" / "static"
 REST_FRAMEWORK = {
     # Default-deny: every endpoint needs a logged-in user unless a view says otherwise.
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    # Token first, so an anonymous request gets 401 with "WWW-Authenticate: Token" (the first
+    # class decides). Session-authenticated unsafe requests must carry the CSRF token.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    # ScopedRateThrottle scopes of tool_calling.api: new turns (POST .../messages/) per user.
+    "DEFAULT_THROTTLE_RATES": {"tool_calling_turns": "30/min"},
 }
 
 # --- Celery (read by project/celery.py through the CELERY_ namespace) ----------------------

@@ -204,6 +204,9 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
         errors.append(_limit_error("MEMORY_MAX_MESSAGES", allow_none=False))
     if not _is_positive_int(values["CONVERSATION_TURN_TIMEOUT"]):
         errors.append(_limit_error("CONVERSATION_TURN_TIMEOUT", allow_none=False))
+    for key in ("MAX_MESSAGE_CHARS", "MAX_WAIT_SECONDS"):
+        if not _is_positive_int(values["API"][key]):
+            errors.append(_limit_error("API", key, allow_none=False))
     return errors
 
 

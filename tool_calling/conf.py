@@ -18,11 +18,11 @@ and reads them as attributes::
     settings.LIMITS["MAX_TOTAL_TOOL_CALLS"]  # 50
     settings.LIMITS["MAX_CALLS_PER_TOOL_DEFAULT"]  # 40, the default: LIMITS was merged
 
-Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``TOOL_SEARCH``, ``MCP``) are
-merged one level deep with their defaults, so overriding one limit keeps the others. Unlike
-Django REST framework, which replaces a dict-valued setting whole. Values one level further
-down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``, ``MCP["SERVERS"]``) are
-taken as given.
+Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``TOOL_SEARCH``, ``API``,
+``MCP``) are merged one level deep with their defaults, so overriding one limit keeps the
+others. Unlike Django REST framework, which replaces a dict-valued setting whole. Values one
+level further down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``,
+``MCP["SERVERS"]``) are taken as given.
 
 Keys listed in ``IMPORT_STRINGS`` (``AUDIT_REDACTOR``) take a dotted path, imported on first
 access (a callable or ``None`` is taken as given); a path that does not import raises an
@@ -172,6 +172,13 @@ DEFAULTS: dict[str, Any] = {
         "ENABLED": False,
         # Tools a search returns at most.
         "MAX_RESULTS": 5,
+    },
+    # --- HTTP API (tool_calling.api) --------------------------------------------------------
+    "API": {
+        # Longest user message, in characters, that POST .../messages/ accepts (400 beyond).
+        "MAX_MESSAGE_CHARS": 32000,
+        # Longest ?wait=N, in seconds, a client may ask POST .../messages/ to wait for its run.
+        "MAX_WAIT_SECONDS": 60,
     },
     # --- MCP --------------------------------------------------------------------------------
     "MCP": {

@@ -9,8 +9,8 @@ from tool_calling import checks
 from tool_calling.conf import DEFAULTS
 
 ACCEPTED_KEYS = (
-    "AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, CONVERSATION_TURN_TIMEOUT, EXECUTION, LIMITS, "
-    "MAX_RESULT_CHARS, MCP, "
+    "API, AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, CONVERSATION_TURN_TIMEOUT, EXECUTION, "
+    "LIMITS, MAX_RESULT_CHARS, MCP, "
     "MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, OBSERVATIONS_INCLUDE_CONTENT, "
     "RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
     "TOOL_CALLING_ADVISOR_AUTO_REGISTER, TOOL_SEARCH"
@@ -221,6 +221,14 @@ def test_e003_audit_max_chars_must_be_a_positive_integer_or_none(value):
 def test_e003_memory_max_messages_must_be_a_positive_integer(value):
     assert run({"MEMORY_MAX_MESSAGES": value}) == [
         e003("""The value of 'TOOL_CALLING["MEMORY_MAX_MESSAGES"]' must be a positive integer.""")
+    ]
+
+
+@pytest.mark.parametrize("key", ["MAX_MESSAGE_CHARS", "MAX_WAIT_SECONDS"])
+@pytest.mark.parametrize("value", [None, 0, True, "60"])
+def test_e003_api_sizes_must_be_positive_integers(key, value):
+    assert run({"API": {key: value}}) == [
+        e003(f"""The value of 'TOOL_CALLING["API"]["{key}"]' must be a positive integer.""")
     ]
 
 

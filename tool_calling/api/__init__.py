@@ -1,0 +1,27 @@
+"""The REST API of tool_calling (Django REST framework).
+
+A project mounts it in its URLconf::
+
+    path("api/", include("tool_calling.api.urls")),
+
+Endpoints (README.md, "HTTP API", walks through them with curl):
+
+    GET    tools/                          the tools the requesting user may use
+    GET    conversations/                  the user's conversations (paginated)
+    POST   conversations/                  a new conversation ({"title": ...} optional)
+    GET    conversations/{id}/             one conversation with its messages
+    DELETE conversations/{id}/             delete it (409 while a turn runs)
+    POST   conversations/{id}/messages/    start a turn: 202 with the run; ?wait=N waits
+    GET    runs/                           the user's runs (paginated, ?status=...)
+    GET    runs/{id}/                      one run: status, events, answer, tool calls
+    POST   runs/{id}/cancel/               ask a run to stop
+
+Every view requires an authenticated user (whatever the project's DRF defaults) and scopes
+its queryset to the user's own objects, so another user's conversation or run answers 404;
+staff read everything. Authentication classes come from the project's ``REST_FRAMEWORK``
+settings; session-authenticated unsafe requests need the CSRF token. Turn creation is throttled
+with the ``ScopedRateThrottle`` scope ``tool_calling_turns`` (its rate in
+``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``).
+
+This package imports Django REST framework: it is not part of the pure-Python core.
+"""

@@ -1,0 +1,269 @@
+"""The API's views: tools, conversations (and the turns sent to them), runs.
+
+Every view requires an authenticated user and reads through the owner-scoped querysets of
+``tool_calling.api.permissions``, whatever the project's DRF defaults say (CHECKLIST S14).
+Failures are ``APIException`` subclasses, so clients get a status code and a ``detail``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.throttling import ScopedRateThrottle
+
+from tool_calling import models, runs
+from tool_calling.api import serializers
+from tool_calling.api.permissions import IsOwnerOrStaff, visible_conversations, visible_runs
+from tool_calling.governance import ConversationBusyError
+from tool_calling.resolvers import GovernedTools
+
+__all__ = [
+    "BrokerUnavailable",
+    "ConversationBusy",
+    "ConversationViewSet",
+    "Pagination",
+    "RunEnded",
+    "RunViewSet",
+    "ToolViewSet",
+    "TurnRateThrottle",
+]
+
+_POLL_SECONDS = 0.25
+"""How often ``?wait=N`` looks at the run again."""
+
+
+# -- failures -----------------------------------------------------------------------------------
+
+
+class ConversationBusy(APIException):
+    """409: another turn holds the conversation."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = (
+        "This conversation is already answering another message; send this one when that turn "
+        "has ended."
+    )
+    default_code = "conversation_busy"
+
+
+class BrokerUnavailable(APIException):
+    """503: the turn's first step could not be queued; the message and the run are saved."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = (
+        "The turn could not be queued: the message broker is unavailable. Your message and "
+        "the run are saved; the run is marked failed and can be retried."
+    )
+    default_code = "broker_unavailable"
+
+
+# -- shared pieces ------------------------------------------------------------------------------
+
+
+class Pagination(PageNumberPagination):
+    """Pages of 20; ``?page=N``."""
+
+    page_size = 20
+
+
+class TurnRateThrottle(ScopedRateThrottle):
+    """``ScopedRateThrottle`` that reads the rates when a request comes, not at import.
+
+    DRF's class binds ``DEFAULT_THROTTLE_RATES`` when it is imported, so a changed setting
+    (``override_settings`` in tests, a settings reload) would not reach it.
+    """
+
+    def get_rate(self) -> str | None:
+        """The scope's rate in the current ``REST_FRAMEWORK`` settings."""
+        self.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
+        rate: str | None = super().get_rate()
+        return rate
+
+
+_PERMISSIONS = [IsAuthenticated, IsOwnerOrStaff]
+
+
+# -- tools --------------------------------------------------------------------------------------
+
+
+class ToolViewSet(viewsets.ViewSet):
+    """``GET tools/``: the tools the requesting user may use (enabled, in their groups)."""
+
+    permission_classes = _PERMISSIONS
+
+    def list(self, request: Request) -> Response:
+        """Name, description and input schema of each tool, in registry order."""
+        tools = GovernedTools(request.user)
+        definitions = [callback.definition for callback in tools.callbacks()]
+        return Response(serializers.ToolSerializer(definitions, many=True).data)
+
+
+# -- conversations ------------------------------------------------------------------------------
+
+
+class ConversationViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """The user's conversations; ``POST {id}/messages/`` starts a turn in one."""
+
+    permission_classes = _PERMISSIONS
+    pagination_class = Pagination
+    serializer_class = serializers.ConversationSerializer
+    throttle_scope: str | None = None
+    """Set on the ``messages`` action only: ``tool_calling_turns``."""
+
+    def get_queryset(self) -> QuerySet[models.Conversation]:
+        """The requesting user's conversations (all of them for staff), newest first."""
+        conversations = visible_conversations(self.request.user)
+        if self.action == "retrieve":
+            messages = models.Message.objects.order_by("sequence")
+            conversations = conversations.prefetch_related(Prefetch("messages", queryset=messages))
+        return conversations.order_by("-updated_at", "-created_at")
+
+    def get_serializer_class(self) -> type[Any]:
+        """With messages for one conversation; the turn's body for ``messages``."""
+        if self.action == "retrieve":
+            return serializers.ConversationDetailSerializer
+        if self.action == "messages":
+            return serializers.TurnSerializer
+        return serializers.ConversationSerializer
+
+    def perform_create(self, serializer: Any) -> None:
+        """The requesting user owns the new conversation."""
+        serializer.save(owner=self.request.user)
+
+    def perform_destroy(self, instance: models.Conversation) -> None:
+        """Delete, unless a run is answering in the conversation (409)."""
+        active = (models.RunStatus.QUEUED, models.RunStatus.RUNNING)
+        if instance.runs.filter(status__in=active).exists():
+            raise ConversationBusy(
+                "This conversation is answering a message; cancel the run or wait for it to end "
+                "before deleting the conversation."
+            )
+        instance.delete()
+
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="messages",
+        throttle_classes=[TurnRateThrottle],
+        throttle_scope="tool_calling_turns",
+    )
+    def messages(self, request: Request, pk: str | None = None) -> Response:
+        """Store the message and start the turn that answers it.
+
+        202 with the run, or 200 once the run ended when ``?wait=N`` (seconds) was given and
+        it ended within them.
+        """
+        conversation = self.get_object()
+        query = serializers.WaitSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        body = self.get_serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            run = runs.start_turn(conversation, body.validated_data["text"], user=request.user)
+        except ConversationBusyError as exc:
+            raise ConversationBusy() from exc
+        except runs.RunQueueError as exc:
+            raise BrokerUnavailable(
+                "The turn could not be queued: the message broker is unavailable. Your message "
+                f"and run {exc.run.pk} are saved; the run is marked failed and can be retried."
+            ) from exc
+        wait = query.validated_data.get("wait")
+        if wait:
+            run = _wait_for(run, wait)
+        context = self.get_serializer_context()
+        # Without ?wait the answer is 202 even if the run already ended (eager Celery): a
+        # client polls the run's URL either way.
+        ended = bool(wait) and run.status in models.RUN_TERMINAL_STATUSES
+        serializer_class = serializers.RunDetailSerializer if ended else serializers.RunSerializer
+        data = serializer_class(run, context=context).data
+        return Response(
+            data,
+            status=status.HTTP_200_OK if ended else status.HTTP_202_ACCEPTED,
+            headers={"Location": data["urls"]["self"]},
+        )
+
+
+def _wait_for(run: models.Run, seconds: int) -> models.Run:
+    """The run, read again until it ended, waits for an approval, or ``seconds`` passed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        run.refresh_from_db()
+        if (
+            run.status in models.RUN_TERMINAL_STATUSES
+            or run.status == models.RunStatus.AWAITING_APPROVAL
+        ):
+            return run
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return run
+        time.sleep(min(_POLL_SECONDS, remaining))
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+class RunViewSet(viewsets.ReadOnlyModelViewSet):
+    """The user's runs (``?status=`` filters the list); ``POST {id}/cancel/`` stops one."""
+
+    permission_classes = _PERMISSIONS
+    pagination_class = Pagination
+
+    def get_queryset(self) -> QuerySet[models.Run]:
+        """The runs of the user's conversations (all for staff); ``?status=`` filters lists."""
+        found = visible_runs(self.request.user).select_related("conversation")
+        if self.action == "retrieve":
+            found = found.prefetch_related(
+                Prefetch("events", queryset=models.RunEvent.objects.order_by("sequence")),
+                Prefetch("tool_executions", queryset=models.ToolExecution.objects.order_by("pk")),
+            )
+        if self.action == "list":
+            wanted = self.request.query_params.get("status")
+            if wanted is not None:
+                if wanted not in models.RunStatus.values:
+                    choices = ", ".join(models.RunStatus.values)
+                    raise ValidationError(
+                        {"status": [f"Unknown status {wanted!r}; one of: {choices}."]}
+                    )
+                found = found.filter(status=wanted)
+        return found.order_by("-created_at")
+
+    def get_serializer_class(self) -> type[Any]:
+        """Summaries in lists; events and tool calls for one run."""
+        if self.action == "list":
+            return serializers.RunSerializer
+        return serializers.RunDetailSerializer
+
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """Ask the run to stop (its next step ends it ``cancelled``); 409 if it already ended."""
+        run = self.get_object()
+        asked = runs.cancel_run(run)
+        run.refresh_from_db()
+        if not asked and run.status in models.RUN_TERMINAL_STATUSES:
+            raise RunEnded(f"The run already ended ({run.status}); there is nothing to cancel.")
+        data = serializers.RunSerializer(run, context=self.get_serializer_context()).data
+        return Response(data, status=status.HTTP_202_ACCEPTED)
+
+
+class RunEnded(APIException):
+    """409: the run already ended."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The run already ended; there is nothing to cancel."
+    default_code = "run_ended"
