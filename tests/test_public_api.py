@@ -169,6 +169,8 @@ def test_tool_decorator_signature() -> None:
         ("description", KW, None),
         ("return_direct", KW, False),
         ("result_converter", KW, None),
+        # Issue 6: the "@tool option" of approval gates, after the contract's keywords.
+        ("requires_approval", KW, False),
     ]
 
 

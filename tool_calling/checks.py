@@ -204,9 +204,13 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
         errors.append(_limit_error("MEMORY_MAX_MESSAGES", allow_none=False))
     if not _is_positive_int(values["CONVERSATION_TURN_TIMEOUT"]):
         errors.append(_limit_error("CONVERSATION_TURN_TIMEOUT", allow_none=False))
-    for key in ("MAX_MESSAGE_CHARS", "MAX_WAIT_SECONDS"):
+    api_keys = ("MAX_MESSAGE_CHARS", "MAX_WAIT_SECONDS", "SSE_KEEPALIVE_SECONDS", "SSE_MAX_SECONDS")
+    for key in api_keys:
         if not _is_positive_int(values["API"][key]):
             errors.append(_limit_error("API", key, allow_none=False))
+    expire_after = values["APPROVALS"]["EXPIRE_AFTER"]
+    if expire_after is not None and not _is_positive_int(expire_after):
+        errors.append(_limit_error("APPROVALS", "EXPIRE_AFTER"))
     return errors
 
 

@@ -19,9 +19,9 @@ and reads them as attributes::
     settings.LIMITS["MAX_CALLS_PER_TOOL_DEFAULT"]  # 40, the default: LIMITS was merged
 
 Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``TOOL_SEARCH``, ``API``,
-``MCP``) are merged one level deep with their defaults, so overriding one limit keeps the
-others. Unlike Django REST framework, which replaces a dict-valued setting whole. Values one
-level further down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``,
+``APPROVALS``, ``MCP``) are merged one level deep with their defaults, so overriding one limit
+keeps the others. Unlike Django REST framework, which replaces a dict-valued setting whole.
+Values one level further down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``,
 ``MCP["SERVERS"]``) are taken as given.
 
 Keys listed in ``IMPORT_STRINGS`` (``AUDIT_REDACTOR``) take a dotted path, imported on first
@@ -179,6 +179,18 @@ DEFAULTS: dict[str, Any] = {
         "MAX_MESSAGE_CHARS": 32000,
         # Longest ?wait=N, in seconds, a client may ask POST .../messages/ to wait for its run.
         "MAX_WAIT_SECONDS": 60,
+        # Seconds the SSE stream of a run (GET .../runs/{id}/events/) stays quiet before it
+        # sends a keep-alive comment (proxies close idle connections).
+        "SSE_KEEPALIVE_SECONDS": 15,
+        # Longest an SSE stream stays open, in seconds; the client reconnects with
+        # Last-Event-ID and misses nothing.
+        "SSE_MAX_SECONDS": 600,
+    },
+    # --- Approval gates (tool_calling.approvals) ----------------------------------------------
+    "APPROVALS": {
+        # Seconds a call may wait for a person's approval; then it is denied ("expired") and
+        # the run goes on. None = pending approvals never expire.
+        "EXPIRE_AFTER": 86400,
     },
     # --- MCP --------------------------------------------------------------------------------
     "MCP": {

@@ -14,6 +14,7 @@ carrying only the row's id once the row is committed, and reads the outcome back
 from __future__ import annotations
 
 import contextvars
+import datetime
 import json
 import logging
 import threading
@@ -294,11 +295,15 @@ def record_call(
     assistant_message_id: int | None = None,
     run_id: Any = None,
     tool: models.Tool | None = None,
+    needs_approval: bool = False,
 ) -> models.ToolExecution:
     """Record a call for a worker: a ``PENDING`` row with the exact arguments and context.
 
     The caller sends it with ``tool_calling.tasks.dispatch_on_commit(row.pk)``. Shared by the
     waiting executor (:class:`CeleryToolExecutor`) and durable runs (``tool_calling.runs``).
+    With ``needs_approval`` the row waits (``AWAITING_APPROVAL``) until a person approves it
+    (``tool_calling.approvals``), which sends it, or denies it; it expires after
+    ``APPROVALS["EXPIRE_AFTER"]`` seconds.
 
     Raises:
         ToolCallingError: the tool context is not JSON.
@@ -319,7 +324,17 @@ def record_call(
         tool_name=name[:200],
         arguments=audit_text(arguments, tool_name=name, field="arguments"),
         user=user if getattr(user, "is_authenticated", False) else None,
-        status=models.ExecutionStatus.PENDING,
+        status=(
+            models.ExecutionStatus.AWAITING_APPROVAL
+            if needs_approval
+            else models.ExecutionStatus.PENDING
+        ),
+        approval=(
+            models.ApprovalDecision.PENDING
+            if needs_approval
+            else models.ApprovalDecision.NOT_REQUIRED
+        ),
+        approval_expires_at=_approval_deadline() if needs_approval else None,
         mode=models.ExecutionMode.CELERY,
         queue=(tool.queue if tool is not None and tool.queue else "")
         or str(app_settings.EXECUTION["QUEUE"]),
@@ -330,6 +345,11 @@ def record_call(
             "context": _json_context(tool_context, name),
         },
     )
+
+
+def _approval_deadline() -> datetime.datetime | None:
+    seconds = app_settings.APPROVALS["EXPIRE_AFTER"]
+    return None if seconds is None else timezone.now() + datetime.timedelta(seconds=int(seconds))
 
 
 class CeleryToolExecutor:

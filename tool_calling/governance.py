@@ -52,7 +52,7 @@ from tool_calling.exceptions import (
 )
 from tool_calling.registry import ToolRegistry
 from tool_calling.repositories import DjangoChatMemoryRepository
-from tool_calling.resolvers import GovernedTools, is_available_to
+from tool_calling.resolvers import GovernedTools, approval_required
 
 __all__ = [
     "CallOutcome",
@@ -244,8 +244,21 @@ class CallOutcome:
         }
 
 
+def approval_refusal_text(name: str) -> str:
+    """The text the model gets for a call that needs approval where no one can give it."""
+    return (
+        f"Tool {name!r} requires a person's approval before each call, and this conversation "
+        "cannot wait for one (approvals pause background runs only). The call was not made."
+    )
+
+
 def run_governed_call(
-    name: str, user: Any, run: Callable[[], str], *, on_start: Callable[[], None] | None = None
+    name: str,
+    user: Any,
+    run: Callable[[], str],
+    *,
+    on_start: Callable[[], None] | None = None,
+    approved: bool = False,
 ) -> CallOutcome:
     """Re-check that ``user`` may use tool ``name`` now, run it, and say how it ended.
 
@@ -259,15 +272,19 @@ def run_governed_call(
         user: The user of the turn (``None`` for anonymous turns).
         run: Runs the tool and returns its text (raises as ``ToolCallback.call`` does).
         on_start: Called once the re-check passed, just before ``run``.
+        approved: A person approved this call (``tool_calling.approvals``). Without it a tool
+            that requires approval is refused.
 
     Returns:
-        ``REFUSED`` (the tool is no longer available to ``user``; it did not run), else
+        ``REFUSED`` (the tool is no longer available to ``user``, or needs an approval this
+        call does not have; it did not run), else
         ``SUCCEEDED`` or ``FAILED``, with the exception for the in-process path to re-raise.
     """
     # Read again at call time (S2): the operator may have disabled, removed or restricted the
     # tool after the model asked for it.
-    if not is_available_to(name, user):
-        text = refusal_text(name)
+    needs_approval = approval_required(name, user)
+    if needs_approval is None or (needs_approval and not approved):
+        text = refusal_text(name) if needs_approval is None else approval_refusal_text(name)
         return CallOutcome(
             models.ExecutionStatus.REFUSED, text, True, exception=ToolNotAvailableError(text)
         )

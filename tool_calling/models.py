@@ -282,10 +282,23 @@ class ExecutionStatus(models.TextChoices):
     REFUSED = "refused", _("Refused")
     TIMED_OUT = "timed_out", _("Timed out")
     OUTCOME_UNKNOWN = "unknown", _("Outcome unknown")
+    AWAITING_APPROVAL = "awaiting_approval", _("Awaiting approval")
+    DENIED = "denied", _("Denied")
+
+
+class ApprovalDecision(models.TextChoices):
+    """What became of a call that needed a person's approval."""
+
+    NOT_REQUIRED = "", _("Not required")
+    PENDING = "pending", _("Pending")
+    APPROVED = "approved", _("Approved")
+    DENIED = "denied", _("Denied")
+    EXPIRED = "expired", _("Expired")
 
 
 TERMINAL_STATUSES = frozenset(
     {
+        ExecutionStatus.DENIED,
         ExecutionStatus.SUCCEEDED,
         ExecutionStatus.FAILED,
         ExecutionStatus.REFUSED,
@@ -344,9 +357,43 @@ class ToolExecution(models.Model):
     )
     status = models.CharField(
         _("status"),
-        max_length=16,
+        max_length=32,
         choices=ExecutionStatus.choices,
         default=ExecutionStatus.PENDING,
+    )
+    approval = models.CharField(
+        _("approval"),
+        max_length=16,
+        choices=ApprovalDecision.choices,
+        default=ApprovalDecision.NOT_REQUIRED,
+        blank=True,
+        help_text=_("For tools that require approval: the decision on this call."),
+    )
+    approval_expires_at = models.DateTimeField(
+        _("approval expires"),
+        null=True,
+        blank=True,
+        help_text=_("A pending approval not decided by then is denied (APPROVALS[EXPIRE_AFTER])."),
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("decided by"),
+        help_text=_("Who approved or denied the call."),
+    )
+    decided_at = models.DateTimeField(_("decided"), null=True, blank=True)
+    decision_reason = models.TextField(
+        _("decision reason"),
+        blank=True,
+        help_text=_("Why the call was denied (the model is told), or a note on the approval."),
+    )
+    original_arguments = models.TextField(
+        _("original arguments"),
+        blank=True,
+        help_text=_("The model's arguments, when the approver edited them before approving."),
     )
     error = models.TextField(
         _("error"), blank=True, help_text=_("The exception and traceback, for operators only.")
@@ -438,7 +485,9 @@ class ToolExecution(models.Model):
             models.Index(fields=["tool_name", "-created_at"], name="tc_exec_tool_created"),
             models.Index(fields=["status", "-created_at"], name="tc_exec_status_created"),
             models.Index(fields=["conversation", "tool_call_id"], name="tc_exec_conv_call"),
+            models.Index(fields=["approval", "created_at"], name="tc_exec_approval"),
         ]
+        permissions = [("approve_toolexecution", _("Can approve or deny tool calls"))]
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.status})"

@@ -14,7 +14,13 @@ from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
 from tool_calling.registry import ToolRegistry, registry
 
-__all__ = ["DatabaseToolCallbackResolver", "GovernedTools", "effective_limits", "is_available_to"]
+__all__ = [
+    "DatabaseToolCallbackResolver",
+    "GovernedTools",
+    "approval_required",
+    "effective_limits",
+    "is_available_to",
+]
 
 
 def _group_ids(user: Any) -> set[int] | None:
@@ -26,8 +32,10 @@ def _group_ids(user: Any) -> set[int] | None:
     return set(user.groups.values_list("pk", flat=True))
 
 
-def is_available_to(name: str, user: Any = None) -> bool:
-    """Return whether the ``Tool`` row ``name`` is enabled, present and allowed for ``user`` now.
+def approval_required(name: str, user: Any = None) -> bool | None:
+    """Whether calls of tool ``name`` need approval; ``None`` when ``user`` may not use it now.
+
+    ``None`` unless the ``Tool`` row is enabled, present and allowed for ``user``.
 
     One query, read at call time: the re-check before a call runs (an operator may have changed
     the tool since the turn's snapshot).
@@ -36,7 +44,13 @@ def is_available_to(name: str, user: Any = None) -> bool:
     group_ids = _group_ids(user)
     if group_ids is not None:
         tools = tools.filter(Q(allowed_groups__isnull=True) | Q(allowed_groups__in=group_ids))
-    return tools.exists()
+    found = tools.values_list("requires_approval", flat=True).first()
+    return None if found is None else bool(found)
+
+
+def is_available_to(name: str, user: Any = None) -> bool:
+    """Return whether the ``Tool`` row ``name`` is enabled, present and allowed for ``user`` now."""
+    return approval_required(name, user) is not None
 
 
 class OperatorSettingsToolCallback(ToolCallback):
@@ -44,7 +58,9 @@ class OperatorSettingsToolCallback(ToolCallback):
 
     def __init__(self, delegate: ToolCallback, return_direct: bool) -> None:
         self.delegate = delegate
-        self._metadata = ToolMetadata(return_direct=return_direct)
+        self._metadata = ToolMetadata(
+            return_direct=return_direct, requires_approval=delegate.metadata.requires_approval
+        )
 
     @property
     def definition(self) -> ToolDefinition:

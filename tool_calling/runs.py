@@ -85,7 +85,11 @@ __all__ = [
 
 logger = logging.getLogger("tool_calling.runs")
 
-_ACTIVE = (models.RunStatus.QUEUED, models.RunStatus.RUNNING)
+_ACTIVE = (
+    models.RunStatus.QUEUED,
+    models.RunStatus.RUNNING,
+    models.RunStatus.AWAITING_APPROVAL,
+)
 
 
 class RunQueueError(ToolCallingError):
@@ -163,13 +167,20 @@ def start_turn(
     return run
 
 
-def cancel_run(run: models.Run) -> bool:
-    """Ask the run to stop; its next step marks it ``cancelled``. False if it already ended."""
+def cancel_run(run: models.Run, *, user: Any = None) -> bool:
+    """Ask the run to stop; its next step marks it ``cancelled``. False if it already ended.
+
+    Calls still waiting for approval are denied (the run was cancelled), so the run does not
+    wait for a decision nobody needs any more.
+    """
     asked = models.Run.objects.filter(pk=run.pk, status__in=_ACTIVE, cancel_requested=False).update(
         cancel_requested=True
     )
     if asked:
         _event(run.pk, "cancel_requested")
+        from tool_calling.approvals import deny_pending_for_run
+
+        deny_pending_for_run(run.pk, user=user, reason="The run was cancelled.")
     return bool(asked)
 
 
@@ -436,7 +447,12 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
         with transaction.atomic():
             plan = manager.plan_tool_calls(prompt, chat_response)
             jobs = []
+            gated = []
             for index, call, callback in plan.jobs:
+                tool = manager.governed.rows.get(call.name)
+                needs_approval = bool(tool is not None and tool.requires_approval) or bool(
+                    callback.metadata.requires_approval
+                )
                 row = record_call(
                     call,
                     plan.context,
@@ -444,10 +460,14 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                     conversation_id=run.conversation_id,
                     assistant_message_id=last.pk,
                     run_id=run.pk,
-                    tool=manager.governed.rows.get(call.name),
+                    tool=tool,
+                    needs_approval=needs_approval,
                 )
                 jobs.append([index, row.pk, bool(callback.metadata.return_direct)])
-                dispatch_on_commit(row.pk)
+                if needs_approval:
+                    gated.append(row)
+                else:
+                    dispatch_on_commit(row.pk)
             stored_plan = {
                 "message": last.pk,
                 "responses": [_response_data(r) for r in plan.responses],
@@ -468,6 +488,25 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                 "tool_calls",
                 {"message": last.sequence, "calls": [row[1] for row in jobs]},
             )
+            if gated:
+                models.Run.objects.filter(pk=run.pk, status=models.RunStatus.RUNNING).update(
+                    status=models.RunStatus.AWAITING_APPROVAL
+                )
+                for row in gated:
+                    _event(
+                        run.pk,
+                        "approval_needed",
+                        {
+                            "execution": row.pk,
+                            "tool_call_id": row.tool_call_id,
+                            "tool": row.tool_name,
+                            "expires_at": (
+                                row.approval_expires_at.isoformat()
+                                if row.approval_expires_at
+                                else None
+                            ),
+                        },
+                    )
     finally:
         _assistant_message_id.reset(token)
     return not waiting
@@ -630,6 +669,63 @@ def _wake(run_id: uuid.UUID, message_id: int) -> bool:
     return bool(woken)
 
 
+def tool_call_started(execution_id: int) -> None:
+    """Record a ``tool_call_started`` event when call ``execution_id`` belongs to a run."""
+    row = (
+        models.ToolExecution.objects.filter(pk=execution_id)
+        .values("run_id", "tool_call_id", "tool_name", "attempt")
+        .first()
+    )
+    if row is None or row["run_id"] is None:
+        return
+    _event(
+        row["run_id"],
+        "tool_call_started",
+        {
+            "execution": execution_id,
+            "tool_call_id": row["tool_call_id"],
+            "tool": row["tool_name"],
+            "attempt": row["attempt"],
+        },
+    )
+
+
+def record_approval_event(
+    execution_id: int, decision: str, *, user: Any = None, **data: Any
+) -> None:
+    """Record a decision on a gated call (``approved``, ``denied``, ``expired``) in its run."""
+    row = (
+        models.ToolExecution.objects.filter(pk=execution_id)
+        .values("run_id", "tool_call_id", "tool_name")
+        .first()
+    )
+    if row is None or row["run_id"] is None:
+        return
+    _event(
+        row["run_id"],
+        "approval_decided",
+        {
+            "execution": execution_id,
+            "tool_call_id": row["tool_call_id"],
+            "tool": row["tool_name"],
+            "decision": decision,
+            "by": getattr(user, "pk", None) if getattr(user, "is_authenticated", False) else None,
+            **data,
+        },
+    )
+
+
+def approvals_decided(run_id: uuid.UUID) -> None:
+    """Back to ``running`` once no call of the run waits for a person any more."""
+    waiting = models.ToolExecution.objects.filter(
+        run_id=run_id, status=models.ExecutionStatus.AWAITING_APPROVAL
+    ).exists()
+    if not waiting:
+        models.Run.objects.filter(pk=run_id, status=models.RunStatus.AWAITING_APPROVAL).update(
+            status=models.RunStatus.RUNNING
+        )
+
+
 def tool_call_finished(execution_id: int, *, report: bool = True) -> None:
     """Queue the run's next step if ``execution_id`` was the last call of its batch to end.
 
@@ -637,7 +733,15 @@ def tool_call_finished(execution_id: int, *, report: bool = True) -> None:
     """
     row = (
         models.ToolExecution.objects.filter(pk=execution_id)
-        .values("run_id", "assistant_message_id", "tool_call_id", "tool_name", "status")
+        .values(
+            "run_id",
+            "assistant_message_id",
+            "tool_call_id",
+            "tool_name",
+            "status",
+            "duration_ms",
+            "is_error",
+        )
         .first()
     )
     if row is None or row["run_id"] is None or row["assistant_message_id"] is None:
@@ -651,6 +755,8 @@ def tool_call_finished(execution_id: int, *, report: bool = True) -> None:
                 "tool_call_id": row["tool_call_id"],
                 "tool": row["tool_name"],
                 "status": row["status"],
+                "is_error": row["is_error"],
+                "duration_ms": row["duration_ms"],
             },
         )
     running = (

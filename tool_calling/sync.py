@@ -54,8 +54,9 @@ def sync_tools(target: ToolRegistry | None = None, *, dry_run: bool = False) -> 
     New tools are created (enabled per ``NEW_TOOLS_ENABLED``); changed descriptions and schemas
     are updated; tools that vanished from code are marked missing (never deleted, never
     callable); tools back in code are unmarked. Operator settings (enabled, approval, limits,
-    groups, execution mode, queue, timeout) are never touched. Return-direct follows the code
-    for new tools only.
+    groups, execution mode, queue, timeout) are never touched, with one exception: a tool whose
+    code says ``@tool(requires_approval=True)`` always requires approval (the code is a floor
+    operators cannot lift). Return-direct follows the code for new tools only.
     """
     target = registry if target is None else target
     report = SyncReport()
@@ -78,6 +79,7 @@ def sync_tools(target: ToolRegistry | None = None, *, dry_run: bool = False) -> 
                         source=entry.source,
                         enabled=bool(app_settings.NEW_TOOLS_ENABLED),
                         return_direct=entry.callback.metadata.return_direct,
+                        requires_approval=entry.callback.metadata.requires_approval,
                         synced_at=now,
                     )
                 continue
@@ -92,6 +94,10 @@ def sync_tools(target: ToolRegistry | None = None, *, dry_run: bool = False) -> 
                     input_schema=definition.input_schema,
                     schema_hash=digest,
                 )
+            if entry.callback.metadata.requires_approval and not tool.requires_approval:
+                fields["requires_approval"] = True
+                if name not in report.changed:
+                    report.changed.append(name)
             if tool.source != entry.source:
                 fields["source"] = entry.source
                 if name not in report.changed:

@@ -324,7 +324,12 @@ def _run(claim: Claim) -> tuple[CallOutcome, str]:
         return CallOutcome(models.ExecutionStatus.FAILED, text, True), name
     arguments = payload.get("arguments") or "{}"
     context = ToolContext(payload.get("context") or {})
-    outcome = run_governed_call(name, row.user, lambda: callback.call(arguments, context))
+    outcome = run_governed_call(
+        name,
+        row.user,
+        lambda: callback.call(arguments, context),
+        approved=row.approval == models.ApprovalDecision.APPROVED,
+    )
     failure = outcome.exception
     if isinstance(failure, ToolExecutionException):
         failure = failure.cause
@@ -447,6 +452,7 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
     if claimed is None:
         _call_ended(tool_execution_id, report=False)
         return
+    _call_started(tool_execution_id)
     heartbeat = _Heartbeat(claimed)
     heartbeat.start()
     try:
@@ -462,6 +468,16 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
         # SystemExit or KeyboardInterrupt (the pool terminating this process): recorded, and
         # the process still stops as it was told to.
         raise failure
+
+
+def _call_started(execution_id: int) -> None:
+    """Report the start in the durable run's events (best effort: the row is the record)."""
+    from tool_calling.runs import tool_call_started
+
+    try:
+        tool_call_started(execution_id)
+    except Exception:
+        logger.exception("Could not record the start of tool call %s", execution_id)
 
 
 def _call_ended(execution_id: int, *, report: bool = True) -> None:
@@ -504,12 +520,12 @@ def sweep_tool_executions() -> dict[str, int]:
     two sweepers, or a sweeper and a worker, never act twice on one call.
 
     Returns:
-        How many calls were re-dispatched, settled and purged.
+        How many calls were re-dispatched, settled, purged and denied as expired approvals.
     """
     execution = _execution_settings()
     now = timezone.now()
     lease = _lease()
-    counts = {"redispatched": 0, "settled": 0, "purged": 0}
+    counts = {"redispatched": 0, "settled": 0, "purged": 0, "expired": 0}
     on_workers = models.ToolExecution.objects.filter(mode=models.ExecutionMode.CELERY)
 
     # Committed calls whose publish failed (or whose on_commit never ran: the process died).
@@ -539,16 +555,24 @@ def sweep_tool_executions() -> dict[str, int]:
         models.Tool.objects.aggregate(longest=Max("timeout"))["longest"] or 0,
     )
     wait = hard_time_limit(longest) + int(execution["WAIT_MARGIN"])
-    stale = on_workers.filter(
-        status__in=models.TERMINAL_STATUSES, created_at__lt=now - datetime.timedelta(seconds=wait)
-    ).exclude(payload={})
+    # Counted from the end of the call: an approved call may start long after it was made.
+    before = now - datetime.timedelta(seconds=wait)
+    stale = (
+        on_workers.filter(status__in=models.TERMINAL_STATUSES)
+        .filter(Q(finished_at__lt=before) | Q(finished_at=None, created_at__lt=before))
+        .exclude(payload={})
+    )
     counts["purged"] = stale.update(payload={})
+    from tool_calling.approvals import expire_approvals
     from tool_calling.runs import sweep_runs
+
+    # Calls nobody approved in time are denied, and their runs go on.
+    counts["expired"] = expire_approvals(now)
 
     # Durable runs whose next step was lost (publish failed, message lost with the broker).
     steps = sweep_runs()
     if steps:
         logger.info("Swept durable runs: queued %s steps", steps)
-    if counts["redispatched"] or counts["settled"]:
+    if counts["redispatched"] or counts["settled"] or counts["expired"]:
         logger.info("Swept tool calls: %s", counts)
     return counts

@@ -166,17 +166,25 @@ def test_events_are_ordered_and_timestamped(alice, script):
         "model_call",
         "model_message",
         "tool_calls",
+        "tool_call_started",
         "tool_call_ended",
+        "tool_call_started",
         "tool_call_ended",
         "tool_results",
         "model_call",
         "model_message",
         "succeeded",
     ]
-    assert [(e.data["tool_call_id"], e.data["status"]) for e in events[5:7]] == [
-        ("call_1", "succeeded"),
-        ("call_2", "succeeded"),
+    assert [(e.data["tool_call_id"], e.data["attempt"]) for e in events[5:8:2]] == [
+        ("call_1", 1),
+        ("call_2", 1),
     ]
+    ended = [e.data for e in events if e.kind == "tool_call_ended"]
+    assert [(e["tool_call_id"], e["status"], e["is_error"]) for e in ended] == [
+        ("call_1", "succeeded", False),
+        ("call_2", "succeeded", False),
+    ]
+    assert all(isinstance(e["duration_ms"], int) for e in ended)
     assert events[-1].data == {"answer": "Done"}
     assert all(e.created_at for e in events)
     assert [e.created_at for e in events] == sorted(e.created_at for e in events)

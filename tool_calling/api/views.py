@@ -148,8 +148,7 @@ class ConversationViewSet(
 
     def perform_destroy(self, instance: models.Conversation) -> None:
         """Delete, unless a run is answering in the conversation (409)."""
-        active = (models.RunStatus.QUEUED, models.RunStatus.RUNNING)
-        if instance.runs.filter(status__in=active).exists():
+        if instance.runs.exclude(status__in=models.RUN_TERMINAL_STATUSES).exists():
             raise ConversationBusy(
                 "This conversation is answering a message; cancel the run or wait for it to end "
                 "before deleting the conversation."

@@ -102,6 +102,7 @@ class FunctionToolCallback(ToolCallback):
                 result_converter=result_converter,
                 input_type=input_type,
                 skip_first=inspect.ismethod(function) or (base.takes_self if base else None),
+                requires_approval=base.requires_approval if base else False,
             )
         if spec.takes_self and not inspect.ismethod(function):
             raise ToolDefinitionError(
@@ -110,7 +111,9 @@ class FunctionToolCallback(ToolCallback):
             )
         self._function = function
         self._spec = spec
-        self._metadata = ToolMetadata(return_direct=spec.return_direct)
+        self._metadata = ToolMetadata(
+            return_direct=spec.return_direct, requires_approval=spec.requires_approval
+        )
 
     @property
     def definition(self) -> ToolDefinition:
@@ -131,6 +134,14 @@ class FunctionToolCallback(ToolCallback):
     def is_async(self) -> bool:
         """True when the wrapped callable is an ``async def``."""
         return self._spec.is_async
+
+    def validate_arguments(self, tool_input: str | None) -> None:
+        """Check ``tool_input`` as a call would, without running the tool.
+
+        Raises:
+            ToolArgumentsError: not a JSON object, or it fails the tool's schema.
+        """
+        self._spec.arguments.validate(self._spec.definition.name, tool_input)
 
     def _invoke(self, tool_input: str | None, tool_context: ToolContext | None) -> Any:
         spec = self._spec

@@ -48,6 +48,8 @@ class ToolSpec:
     """``module.qualname`` of the function, for error messages."""
     passes_context: bool = False
     """For input-type tools: whether the function takes a ToolContext as second argument."""
+    requires_approval: bool = False
+    """Whether each call needs a person's approval before it runs."""
 
 
 def _origin(function: Any) -> str:
@@ -63,6 +65,7 @@ def build_spec(
     result_converter: ResultConverter | None = None,
     input_type: Any = None,
     skip_first: bool | None = None,
+    requires_approval: bool = False,
 ) -> ToolSpec:
     """Validate ``function`` and build its tool spec.
 
@@ -132,6 +135,7 @@ def build_spec(
         takes_self=skip_first,
         origin=origin,
         passes_context=passes_context,
+        requires_approval=bool(requires_approval),
     )
 
 
@@ -153,6 +157,7 @@ def tool(
     description: str | None = None,
     return_direct: bool = False,
     result_converter: ResultConverter | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -164,6 +169,7 @@ def tool(
     description: str | None = None,
     return_direct: bool = False,
     result_converter: ResultConverter | None = None,
+    requires_approval: bool = False,
 ) -> Any:
     """Mark a function or method as a tool and return it unchanged.
 
@@ -178,6 +184,9 @@ def tool(
         description: What the tool does, for the model.
         return_direct: Return the result to the caller instead of sending it to the model.
         result_converter: Turns the return value into text (default: str as is, else JSON).
+        requires_approval: A person must approve each call before it runs: background runs
+            pause until someone approves or denies it; other turns refuse the call. Synced to
+            the tool's admin flag, which operators cannot turn off while the code says so.
 
     Returns:
         The function itself (or, without ``func``, a decorator).
@@ -200,6 +209,7 @@ def tool(
             return_direct=return_direct,
             result_converter=result_converter,
             skip_first=skip_first,
+            requires_approval=requires_approval,
         )
         setattr(function, SPEC_ATTRIBUTE, spec)
         return target
