@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 logger = logging.getLogger("tool_calling.execution")
@@ -39,15 +40,106 @@ def _client(url: str) -> Any:
     return client
 
 
-def call_ended(execution_id: int) -> None:
-    """Tell waiting callers that a call ended (best effort: they poll anyway)."""
+_PAUSE_AFTER_FAILURE = 5.0
+"""Seconds without publishing after Redis failed once: a broker that is down must not add its
+connect timeout to every step of every run (callers poll anyway)."""
+
+_paused_until = 0.0
+
+
+def _publish(channel: str, message: str) -> None:
+    global _paused_until
     url = _redis_url()
-    if url is None:
+    if url is None or time.monotonic() < _paused_until:
         return
     try:
-        _client(url).publish(CHANNEL, str(execution_id))
-    except Exception:  # noqa: BLE001 - a lost wake-up only costs the caller one poll
-        logger.debug("Could not publish the end of tool call %s", execution_id, exc_info=True)
+        _client(url).publish(channel, message)
+    except Exception:  # noqa: BLE001 - a lost wake-up only costs the listener one poll
+        _paused_until = time.monotonic() + _PAUSE_AFTER_FAILURE
+        logger.debug("Could not publish on %s", channel, exc_info=True)
+
+
+def call_ended(execution_id: int) -> None:
+    """Tell waiting callers that a call ended (best effort: they poll anyway)."""
+    _publish(CHANNEL, str(execution_id))
+
+
+def run_channel(run_id: object) -> str:
+    """The channel that announces new events of run ``run_id``."""
+    return f"tool_calling:run_events:{run_id}"
+
+
+def run_event(run_id: object, sequence: int) -> None:
+    """Tell the run's event streams that event ``sequence`` is stored (best effort)."""
+    _publish(run_channel(run_id), str(sequence))
+
+
+class RunEventSubscription:
+    """An asyncio subscription to one run's announcements; ``wait`` returns when one arrives.
+
+    Without a Redis broker, or while Redis is unreachable, ``wait`` just sleeps: the stream
+    reads the database after each wait, so it only gets slower, never loses events.
+    """
+
+    def __init__(self, run_id: object) -> None:
+        self._channel = run_channel(run_id)
+        self._url = _redis_url()
+        self._client: Any = None
+        self._pubsub: Any = None
+
+    async def _connect(self) -> Any:
+        if self._pubsub is None and self._url is not None:
+            import redis.asyncio
+
+            client = redis.asyncio.Redis.from_url(self._url, socket_connect_timeout=2)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._channel)
+            except Exception:
+                await pubsub.aclose()
+                await client.aclose()
+                raise
+            self._client, self._pubsub = client, pubsub
+        return self._pubsub
+
+    async def open(self) -> None:
+        """Subscribe now (before the first read, so nothing stored meanwhile goes unheard)."""
+        try:
+            await self._connect()
+        except Exception:  # noqa: BLE001 - poll the database instead
+            logger.debug("Run events: no Redis subscription; polling", exc_info=True)
+            await self.close()
+            self._url = None
+
+    async def wait(self, timeout: float, fallback: float) -> None:
+        """Until an announcement arrives or ``timeout``; at most ``fallback`` without Redis."""
+        import asyncio
+
+        await self.open()
+        pubsub = self._pubsub
+        if pubsub is None:
+            await asyncio.sleep(min(timeout, fallback))
+            return
+        try:
+            message = await pubsub.get_message(timeout=timeout)
+            # Several events may have been announced: drain them, one database read follows.
+            while message is not None:
+                message = await pubsub.get_message(timeout=0)
+        except Exception:  # noqa: BLE001 - reconnect on the next wait
+            logger.debug("Run events: Redis subscription lost", exc_info=True)
+            await self.close()
+
+    async def close(self) -> None:
+        """Drop the subscription and its connection."""
+        pubsub, client = self._pubsub, self._client
+        self._pubsub = self._client = None
+        try:
+            if pubsub is not None:
+                await pubsub.aclose()
+            if client is not None:
+                await client.aclose()
+        except Exception:  # noqa: BLE001 - closing a broken connection
+            logger.debug("Run events: closing the subscription failed", exc_info=True)
 
 
 class Listener:

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +36,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tool_calling import models
+from tool_calling import _notify, models
 from tool_calling.conf import settings as app_settings
+from tool_calling.core.chat._stream import aggregate
 from tool_calling.core.chat.advisors.base import AdvisorChain, ChatClientRequest, ChatClientResponse
 from tool_calling.core.chat.advisors.tool_calling import (
     ANSWERED,
@@ -105,11 +108,15 @@ class RunQueueError(ToolCallingError):
 
 
 def _event(run_id: uuid.UUID, kind: str, data: dict[str, Any] | None = None) -> None:
-    """Append an event; the UPDATE of the run's counter orders concurrent appends."""
+    """Append an event; the UPDATE of the run's counter orders concurrent appends.
+
+    Once it commits, the run's event streams are told (``_notify.run_event``).
+    """
     with transaction.atomic():
         models.Run.objects.filter(pk=run_id).update(event_count=F("event_count") + 1)
         sequence = models.Run.objects.filter(pk=run_id).values_list("event_count", flat=True).get()
         models.RunEvent.objects.create(run_id=run_id, sequence=sequence, kind=kind, data=data or {})
+        transaction.on_commit(lambda: _notify.run_event(run_id, sequence))
 
 
 # -- starting, cancelling, retrying -------------------------------------------------------------
@@ -389,7 +396,7 @@ def _model_round(state: _Step, last: models.Message) -> None:
         {ChatMemory.CONVERSATION_ID: str(run.conversation_id)},
     )
     chain = AdvisorChain([memory_advisor(run.conversation_id)], call_model, stream_model)
-    response = chain.next_call(request).chat_response
+    response = _streamed(run.pk, rounds, chain.next_stream(request))
     generation = response.result if response is not None else None
     stored = models.Message.objects.filter(conversation_id=run.conversation_id).latest("sequence")
     if generation is None or stored.sequence == state.messages[-1].sequence:
@@ -407,6 +414,43 @@ def _model_round(state: _Step, last: models.Message) -> None:
         "model_message",
         {"message": stored.sequence, "tool_calls": len(stored.tool_calls)},
     )
+
+
+_TEXT_FLUSH_SECONDS = 0.25
+"""Streamed text is stored as ``text_delta`` events at most this often (one write per flush)."""
+
+
+def _streamed(
+    run_id: uuid.UUID, round_number: int, chunks: Iterator[ChatClientResponse]
+) -> ChatResponse | None:
+    """Consume the model's stream, recording its text as ``text_delta`` events; the whole.
+
+    The memory advisor stores the aggregated message when the stream ends; clients following
+    the run's events see the text as it comes (text written before tool calls included).
+    """
+    received: list[ChatResponse] = []
+    pending: list[str] = []
+    flushed = time.monotonic()
+
+    def flush() -> None:
+        nonlocal flushed
+        if pending:
+            _event(run_id, "text_delta", {"round": round_number, "text": "".join(pending)})
+            pending.clear()
+        flushed = time.monotonic()
+
+    for chunk in chunks:
+        response = chunk.chat_response
+        if response is None:
+            continue
+        received.append(response)
+        for generation in response.generations[:1]:
+            if generation.output.text:
+                pending.append(generation.output.text)
+        if time.monotonic() - flushed >= _TEXT_FLUSH_SECONDS:
+            flush()
+    flush()
+    return aggregate(received) if received else None
 
 
 def _chat_response(message: models.Message) -> ChatResponse:

@@ -172,9 +172,13 @@ def test_events_are_ordered_and_timestamped(alice, script):
         "tool_call_ended",
         "tool_results",
         "model_call",
+        "text_delta",
         "model_message",
         "succeeded",
     ]
+    deltas = [e.data for e in events if e.kind == "text_delta"]
+    assert "".join(d["text"] for d in deltas) == "Done"
+    assert {d["round"] for d in deltas} == {2}
     assert [(e.data["tool_call_id"], e.data["attempt"]) for e in events[5:8:2]] == [
         ("call_1", 1),
         ("call_2", 1),

@@ -14,7 +14,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from tool_calling import models
 
-__all__ = ["IsOwnerOrStaff", "visible_conversations", "visible_runs"]
+__all__ = ["IsOwnerOrStaff", "visible_conversations", "visible_executions", "visible_runs"]
 
 
 def visible_conversations(user: Any) -> QuerySet[models.Conversation]:
@@ -37,6 +37,18 @@ def visible_runs(user: Any) -> QuerySet[models.Run]:
     return runs.filter(conversation__owner=user)
 
 
+def visible_executions(user: Any) -> QuerySet[models.ToolExecution]:
+    """The tool calls ``user`` may see: those of their conversations; all for approvers."""
+    from tool_calling.approvals import can_decide
+
+    executions = models.ToolExecution.objects.all()
+    if can_decide(user):
+        return executions
+    if not getattr(user, "is_authenticated", False):
+        return executions.none()
+    return executions.filter(conversation__owner=user)
+
+
 class IsOwnerOrStaff(BasePermission):
     """The owner may do anything; staff may read, delete and cancel, but not post messages.
 
@@ -45,7 +57,7 @@ class IsOwnerOrStaff(BasePermission):
     """
 
     message = "Only the owner of this conversation may do that."
-    staff_actions = frozenset({"destroy", "cancel"})
+    staff_actions = frozenset({"destroy", "cancel", "retry"})
 
     def has_permission(self, request: Any, view: Any) -> bool:
         """Only authenticated users."""

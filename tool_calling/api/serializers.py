@@ -15,11 +15,15 @@ from tool_calling import models
 from tool_calling.conf import settings as app_settings
 
 __all__ = [
+    "ApproveSerializer",
     "ConversationDetailSerializer",
+    "DenySerializer",
     "ConversationSerializer",
     "MessageSerializer",
     "RunDetailSerializer",
     "RunSerializer",
+    "ReviewedToolExecutionSerializer",
+    "ToolExecutionSerializer",
     "ToolSerializer",
     "TurnSerializer",
     "WaitSerializer",
@@ -142,7 +146,9 @@ class RunSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         return {
             "self": _url("run-detail", run.pk, request),
+            "events": _url("run-events", run.pk, request),
             "cancel": _url("run-cancel", run.pk, request),
+            "retry": _url("run-retry", run.pk, request),
             "conversation": _url("conversation-detail", run.conversation_id, request),
         }
 
@@ -162,11 +168,13 @@ class ToolExecutionSummarySerializer(serializers.ModelSerializer):
     class Meta:
         model = models.ToolExecution
         fields = [
+            "id",
             "tool_call_id",
             "tool_name",
             "status",
             "is_error",
             "attempt",
+            "approval",
             "started_at",
             "finished_at",
             "duration_ms",
@@ -183,3 +191,79 @@ class RunDetailSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "events", "tool_executions"]
         read_only_fields = fields
+
+
+class ToolExecutionSerializer(serializers.ModelSerializer):
+    """One tool call with its approval state (``tool-executions/``).
+
+    ``arguments`` (as the audit keeps them: redacted, capped) and ``original_arguments`` are
+    shown to approvers only, who need them to decide; results and errors never are.
+    """
+
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    urls = serializers.SerializerMethodField()
+
+    class Meta:
+        model = models.ToolExecution
+        fields = [
+            "id",
+            "run",
+            "conversation",
+            "tool_call_id",
+            "tool_name",
+            "status",
+            "is_error",
+            "attempt",
+            "approval",
+            "approval_expires_at",
+            "decided_by",
+            "decided_at",
+            "decision_reason",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "duration_ms",
+            "urls",
+        ]
+        read_only_fields = fields
+
+    def get_urls(self, execution: models.ToolExecution) -> dict[str, str | None]:
+        """The call's URL, where to approve or deny it, and its run."""
+        request = self.context.get("request")
+        return {
+            "self": _url("tool-execution-detail", execution.pk, request),
+            "approve": _url("tool-execution-approve", execution.pk, request),
+            "deny": _url("tool-execution-deny", execution.pk, request),
+            "run": _url("run-detail", execution.run_id, request) if execution.run_id else None,
+        }
+
+
+class ReviewedToolExecutionSerializer(ToolExecutionSerializer):
+    """What an approver sees: the call with the arguments it would run with."""
+
+    class Meta(ToolExecutionSerializer.Meta):
+        fields = [*ToolExecutionSerializer.Meta.fields, "arguments", "original_arguments"]
+        read_only_fields = fields
+
+
+class ApproveSerializer(serializers.Serializer):
+    """The body of ``POST tool-executions/{id}/approve/`` (may be empty)."""
+
+    arguments = serializers.JSONField(
+        required=False,
+        help_text="Run the call with these arguments (a JSON object) instead of the model's; "
+        "they are checked against the tool's schema.",
+    )
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+
+    def validate_arguments(self, arguments: Any) -> Any:
+        """Only a JSON object can be a tool's arguments."""
+        if not isinstance(arguments, dict):
+            raise serializers.ValidationError("Arguments must be a JSON object.", code="invalid")
+        return arguments
+
+
+class DenySerializer(serializers.Serializer):
+    """The body of ``POST tool-executions/{id}/deny/``: why (the model is told)."""
+
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)

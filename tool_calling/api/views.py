@@ -8,6 +8,7 @@ Failures are ``APIException`` subclasses, so clients get a status code and a ``d
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
@@ -21,9 +22,15 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import ScopedRateThrottle
 
-from tool_calling import models, runs
+from tool_calling import approvals, models, runs
 from tool_calling.api import serializers
-from tool_calling.api.permissions import IsOwnerOrStaff, visible_conversations, visible_runs
+from tool_calling.api.permissions import (
+    IsOwnerOrStaff,
+    visible_conversations,
+    visible_executions,
+    visible_runs,
+)
+from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 from tool_calling.governance import ConversationBusyError
 from tool_calling.resolvers import GovernedTools
 
@@ -34,6 +41,7 @@ __all__ = [
     "Pagination",
     "RunEnded",
     "RunViewSet",
+    "ToolExecutionViewSet",
     "ToolViewSet",
     "TurnRateThrottle",
 ]
@@ -252,10 +260,32 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Ask the run to stop (its next step ends it ``cancelled``); 409 if it already ended."""
         run = self.get_object()
-        asked = runs.cancel_run(run)
+        asked = runs.cancel_run(run, user=request.user)
         run.refresh_from_db()
         if not asked and run.status in models.RUN_TERMINAL_STATUSES:
             raise RunEnded(f"The run already ended ({run.status}); there is nothing to cancel.")
+        data = serializers.RunSerializer(run, context=self.get_serializer_context()).data
+        return Response(data, status=status.HTTP_202_ACCEPTED)
+
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str | None = None) -> Response:
+        """Queue a failed run again (it continues from what is stored): 202 with the run.
+
+        409 unless the run failed, or while another turn holds the conversation; 503 when the
+        broker is still unavailable.
+        """
+        run = self.get_object()
+        try:
+            run = runs.retry_run(run)
+        except ValueError as exc:
+            raise RunNotRetryable(str(exc)) from exc
+        except ConversationBusyError as exc:
+            raise ConversationBusy() from exc
+        except runs.RunQueueError as exc:
+            raise BrokerUnavailable(
+                f"The run could not be queued again: the message broker is unavailable. Run "
+                f"{exc.run.pk} stays failed; retry it later."
+            ) from exc
         data = serializers.RunSerializer(run, context=self.get_serializer_context()).data
         return Response(data, status=status.HTTP_202_ACCEPTED)
 
@@ -266,3 +296,121 @@ class RunEnded(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The run already ended; there is nothing to cancel."
     default_code = "run_ended"
+
+
+class RunNotRetryable(APIException):
+    """409: only failed runs are retried."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "Only a failed run can be retried."
+    default_code = "run_not_retryable"
+
+
+# -- tool executions and approvals --------------------------------------------------------------
+
+
+class NotAwaitingApproval(APIException):
+    """409: the call is not waiting for a decision (decided, expired, or never gated)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "This tool call is not awaiting approval."
+    default_code = "not_awaiting_approval"
+
+
+class CanDecide(IsOwnerOrStaff):
+    """Reads for whoever sees the call; approve and deny for approvers only (403 otherwise)."""
+
+    message = (
+        "Only staff, or users with the permission tool_calling.approve_toolexecution, may "
+        "approve or deny tool calls."
+    )
+
+    def has_object_permission(self, request: Any, view: Any, obj: Any) -> bool:
+        """Approvers may decide; reads were scoped by the queryset already."""
+        if getattr(view, "action", None) in ("approve", "deny"):
+            return approvals.can_decide(request.user)
+        return True
+
+
+class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
+    """Tool calls: the user's own (all of them for approvers); approve or deny gated ones.
+
+    ``?status=awaiting_approval`` is the approval queue; ``?run=<id>`` one run's calls.
+    """
+
+    permission_classes = [IsAuthenticated, CanDecide]
+    pagination_class = Pagination
+
+    def get_queryset(self) -> QuerySet[models.ToolExecution]:
+        """Visible calls, oldest first, filtered by ``?status=``, ``?approval=``, ``?run=``."""
+        found = visible_executions(self.request.user).select_related("decided_by")
+        params = self.request.query_params
+        for field, choices in (
+            ("status", models.ExecutionStatus.values),
+            ("approval", [v for v in models.ApprovalDecision.values if v]),
+        ):
+            wanted = params.get(field)
+            if wanted is not None and self.action == "list":
+                if wanted not in choices:
+                    raise ValidationError(
+                        {field: [f"Unknown {field} {wanted!r}; one of: {', '.join(choices)}."]}
+                    )
+                found = found.filter(**{field: wanted})
+        run = params.get("run")
+        if run is not None and self.action == "list":
+            try:
+                found = found.filter(run_id=uuid.UUID(run))
+            except ValueError:
+                raise ValidationError({"run": [f"{run!r} is not a run id."]}) from None
+        return found.order_by("created_at", "pk")
+
+    def get_serializer_class(self) -> type[Any]:
+        """With the arguments for approvers, without them for everyone else."""
+        if approvals.can_decide(self.request.user):
+            return serializers.ReviewedToolExecutionSerializer
+        return serializers.ToolExecutionSerializer
+
+    def _decided(self, execution: models.ToolExecution) -> Response:
+        data = self.get_serializer(execution).data
+        return Response(data, status=status.HTTP_200_OK)
+
+    @action(detail=True, methods=["post"], serializer_class=serializers.ApproveSerializer)
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        """Approve the call (optionally with edited ``arguments``); the run resumes.
+
+        400 when edited arguments fail the tool's schema, 409 when it is not awaiting approval.
+        """
+        execution = self.get_object()
+        body = serializers.ApproveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            decided = approvals.approve(
+                execution,
+                user=request.user,
+                arguments=body.validated_data.get("arguments"),
+                note=body.validated_data.get("note", ""),
+            )
+        except ToolArgumentsError as exc:
+            raise ValidationError({"arguments": [str(exc)]}) from exc
+        except approvals.ApprovalStateError as exc:
+            raise NotAwaitingApproval(str(exc)) from exc
+        except ToolCallingError as exc:
+            raise NotAwaitingApproval(str(exc)) from exc
+        return self._decided(decided)
+
+    @action(detail=True, methods=["post"], serializer_class=serializers.DenySerializer)
+    def deny(self, request: Request, pk: str | None = None) -> Response:
+        """Deny the call with a ``reason`` the model reads; the run goes on without it.
+
+        409 when it is not awaiting approval.
+        """
+        execution = self.get_object()
+        body = serializers.DenySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            decided = approvals.deny(
+                execution, user=request.user, reason=body.validated_data.get("reason", "")
+            )
+        except approvals.ApprovalStateError as exc:
+            raise NotAwaitingApproval(str(exc)) from exc
+        return self._decided(decided)
