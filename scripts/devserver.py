@@ -513,7 +513,20 @@ def run(args: argparse.Namespace) -> int:
         note(f"celery worker started (pid {worker.pid}, log {shown(worker_log)})")
         web = sup.start(
             "web server",
-            [PYTHON, "manage.py", "runserver", "--noreload", f"{host}:{port}"],
+            # uvicorn serves the ASGI application: an SSE stream (GET /api/runs/{id}/events/)
+            # holds no thread while it waits. Open streams get 3 s to end on Ctrl-C.
+            [
+                PYTHON,
+                "-m",
+                "uvicorn",
+                "project.asgi:application",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--timeout-graceful-shutdown",
+                "3",
+            ],
             env=env,
             log=logs / "web.log",
             console=True,

@@ -148,7 +148,7 @@ def test_web_migrates_creates_the_superuser_then_serves(services):
     cmd = command(services["web"])
     migrate = cmd.index("manage.py migrate")
     superuser = cmd.index("scripts/devserver.py superuser")
-    assert migrate < superuser < cmd.index("manage.py runserver 0.0.0.0:8000")
+    assert migrate < superuser < cmd.index("uvicorn project.asgi:application --host 0.0.0.0")
     assert "&&" in cmd[migrate:superuser]  # a failed migrate stops the service
     assert (ROOT / "scripts" / "devserver.py").is_file()
 

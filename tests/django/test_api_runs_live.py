@@ -1,0 +1,414 @@
+"""The API's live side (issue #6 items 2-3): run events (JSON polling and SSE), approvals, retry.
+
+Celery runs eagerly (tests.settings) and there is no Redis here, so the event stream falls back
+to reading the database every second; tests/celery/test_api_end_to_end.py covers uvicorn, a real
+worker and Redis wake-ups.
+"""
+
+import asyncio
+import json
+from unittest import mock
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import Permission, User
+from django.test import AsyncClient, override_settings
+from django.urls import reverse
+from kombu.exceptions import OperationalError
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from tool_calling import approvals, models, tasks, tool
+from tool_calling.registry import registry
+from tool_calling.sync import sync_tools
+from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RAN: list[tuple[str, object]] = []
+
+
+@tool(requires_approval=True)
+def live_refund(order: str, amount: int) -> str:
+    """Refund an order (a person approves each refund)."""
+    RAN.append(("live_refund", (order, amount)))
+    return f"refunded {amount} on {order}"
+
+
+@tool
+def live_lookup(order: str) -> str:
+    """Look an order up."""
+    RAN.append(("live_lookup", order))
+    return f"order {order}: paid"
+
+
+TOOLS = (live_refund, live_lookup)
+GATED = (
+    tool_calls(tool_call("live_lookup", order="A1")),
+    tool_calls(tool_call("live_refund", order="A1", amount=30)),
+    text("Refund handled"),
+)
+
+
+@pytest.fixture(autouse=True)
+def live_tools():
+    RAN.clear()
+    registry.register(*TOOLS, source="tests")
+    sync_tools()
+    try:
+        yield
+    finally:
+        for callback in TOOLS:
+            registry.unregister(callback.__name__)
+
+
+@pytest.fixture
+def script():
+    patchers = []
+
+    def make(*steps):
+        model = ScriptedChatModel(list(steps))
+        patcher = mock.patch("tool_calling.runs.default_chat_model", return_value=model)
+        patcher.start()
+        patchers.append(patcher)
+        return model
+
+    yield make
+    for patcher in patchers:
+        patcher.stop()
+
+
+@pytest.fixture
+def alice():
+    return User.objects.create_user("alice", password="pw")
+
+
+@pytest.fixture
+def bob():
+    return User.objects.create_user("bob", password="pw")
+
+
+@pytest.fixture
+def staff():
+    return User.objects.create_user("staff", password="pw", is_staff=True)
+
+
+def client_for(user):
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def url(name, pk=None):
+    return reverse(f"tool_calling:{name}", kwargs=None if pk is None else {"pk": pk})
+
+
+def start(user, steps=GATED, script=None, text_="Refund A1"):
+    script(*steps)
+    conversation = models.Conversation.objects.create(owner=user)
+    response = client_for(user).post(
+        url("conversation-messages", conversation.pk), {"text": text_}, format="json"
+    )
+    assert response.status_code == 202, response.data
+    return conversation, models.Run.objects.get(pk=response.data["id"])
+
+
+def gated(run):
+    return models.ToolExecution.objects.get(run=run, tool_name="live_refund")
+
+
+def kinds(run):
+    return list(run.events.order_by("sequence").values_list("kind", flat=True))
+
+
+# -- approvals through the API ------------------------------------------------------------------
+
+
+def test_the_approval_queue_shows_approvers_the_arguments_and_owners_only_the_state(
+    alice, bob, staff, script
+):
+    _, run = start(alice, script=script)
+    run.refresh_from_db()
+    assert run.status == "awaiting_approval"
+    assert client_for(alice).get(url("run-detail", run.pk)).data["status"] == "awaiting_approval"
+
+    queue = client_for(staff).get(url("tool-execution-list") + "?status=awaiting_approval")
+    assert queue.status_code == 200
+    (entry,) = queue.data["results"]
+    assert (entry["tool_name"], entry["approval"], entry["run"]) == (
+        "live_refund",
+        "pending",
+        run.pk,
+    )
+    assert json.loads(entry["arguments"]) == {"order": "A1", "amount": 30}
+    assert entry["urls"]["approve"].endswith(f"/api/tool-executions/{entry['id']}/approve/")
+
+    own = client_for(alice).get(url("tool-execution-detail", entry["id"]))
+    assert own.status_code == 200 and own.data["approval"] == "pending"
+    assert "arguments" not in own.data  # not an approver
+    assert client_for(bob).get(url("tool-execution-detail", entry["id"])).status_code == 404
+    assert client_for(bob).get(url("tool-execution-list")).data["results"] == []
+
+
+def test_an_approver_approves_through_the_api_and_the_run_finishes(alice, staff, script):
+    conversation, run = start(alice, script=script)
+    call = gated(run)
+    response = client_for(staff).post(
+        url("tool-execution-approve", call.pk), {"note": "refund policy ok"}, format="json"
+    )
+    assert response.status_code == 200, response.data
+    assert (response.data["approval"], response.data["decided_by"]) == ("approved", "staff")
+    run.refresh_from_db()
+    assert (run.status, run.answer) == ("succeeded", "Refund handled")
+    assert ("live_refund", ("A1", 30)) in RAN
+    assert "approval_decided" in kinds(run)
+    again = client_for(staff).post(url("tool-execution-approve", call.pk), {}, format="json")
+    assert again.status_code == 409
+    assert again.data["detail"].code == "not_awaiting_approval"
+
+
+def test_edited_arguments_are_validated_against_the_schema(alice, staff, script):
+    _, run = start(alice, script=script)
+    call = gated(run)
+    client = client_for(staff)
+    bad = client.post(
+        url("tool-execution-approve", call.pk),
+        {"arguments": {"order": "A1", "amount": "a lot"}},
+        format="json",
+    )
+    assert bad.status_code == 400
+    assert "amount" in str(bad.data["arguments"])
+    not_object = client.post(
+        url("tool-execution-approve", call.pk), {"arguments": [1, 2]}, format="json"
+    )
+    assert not_object.status_code == 400
+    assert gated(run).status == "awaiting_approval"
+    good = client.post(
+        url("tool-execution-approve", call.pk),
+        {"arguments": {"order": "A1", "amount": 10}},
+        format="json",
+    )
+    assert good.status_code == 200
+    assert json.loads(good.data["original_arguments"]) == {"order": "A1", "amount": 30}
+    assert RAN[-1] == ("live_refund", ("A1", 10))
+
+
+def test_a_denial_reason_reaches_the_model_and_the_run_goes_on(alice, staff, script):
+    conversation, run = start(alice, script=script)
+    response = client_for(staff).post(
+        url("tool-execution-deny", gated(run).pk),
+        {"reason": "Refunds over 20 need a manager"},
+        format="json",
+    )
+    assert response.status_code == 200, response.data
+    assert (response.data["status"], response.data["approval"]) == ("denied", "denied")
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    tool_message = conversation.messages.filter(role="tool").order_by("sequence").last()
+    (refund,) = tool_message.tool_responses
+    assert refund["is_error"] is True
+    assert "Refunds over 20 need a manager" in refund["response_data"]
+    assert not any(name == "live_refund" for name, _ in RAN)
+
+
+def test_only_approvers_decide(alice, bob, script):
+    _, run = start(alice, script=script)
+    call = gated(run)
+    # The owner sees the call but may not decide it; another user does not see it at all.
+    owner = client_for(alice).post(url("tool-execution-approve", call.pk), {}, format="json")
+    assert owner.status_code == 403
+    assert client_for(bob).post(url("tool-execution-deny", call.pk), {}).status_code == 404
+    assert gated(run).status == "awaiting_approval"
+    # A user who is not staff but holds the permission may.
+    bob.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
+    bob = User.objects.get(pk=bob.pk)
+    response = client_for(bob).post(url("tool-execution-deny", call.pk), {}, format="json")
+    assert response.status_code == 200
+    assert gated(run).decided_by == bob
+
+
+def test_a_session_approval_needs_the_csrf_token(alice, staff, script):
+    _, run = start(alice, script=script)
+    client = APIClient(enforce_csrf_checks=True)
+    client.login(username="staff", password="pw")
+    response = client.post(url("tool-execution-approve", gated(run).pk), {}, format="json")
+    assert response.status_code == 403
+    assert "CSRF" in str(response.data["detail"])
+    assert gated(run).status == "awaiting_approval"
+
+
+def test_unknown_filters_are_400(staff):
+    client = client_for(staff)
+    assert client.get(url("tool-execution-list") + "?status=nope").status_code == 400
+    assert client.get(url("tool-execution-list") + "?approval=nope").status_code == 400
+    assert client.get(url("tool-execution-list") + "?run=not-a-uuid").status_code == 400
+
+
+# -- retry ---------------------------------------------------------------------------------------
+
+
+def test_a_failed_run_is_retried_through_the_api(alice, bob, script):
+    script(text("Back online"))
+    conversation = models.Conversation.objects.create(owner=alice)
+    client = client_for(alice)
+    with mock.patch.object(
+        tasks.run_step, "apply_async", side_effect=OperationalError("Connection refused")
+    ):
+        down = client.post(
+            url("conversation-messages", conversation.pk), {"text": "Hi"}, format="json"
+        )
+    assert down.status_code == 503
+    run = models.Run.objects.get()
+    assert client_for(bob).post(url("run-retry", run.pk)).status_code == 404
+    response = client.post(url("run-retry", run.pk))
+    assert response.status_code == 202, response.data
+    run.refresh_from_db()
+    assert (run.status, run.answer) == ("succeeded", "Back online")
+    again = client.post(url("run-retry", run.pk))
+    assert again.status_code == 409 and again.data["detail"].code == "run_not_retryable"
+
+
+# -- events: JSON polling ------------------------------------------------------------------------
+
+
+def test_polling_returns_the_events_after_the_last_one_seen(alice, bob, script):
+    _, run = start(alice, steps=(text("Hello there"),), script=script)
+    client = client_for(alice)
+    first = client.get(url("run-events", run.pk))
+    assert first.status_code == 200
+    body = first.json()
+    sequences = [e["sequence"] for e in body["events"]]
+    assert sequences == list(range(1, len(sequences) + 1))
+    assert (body["status"], body["finished"], body["last_event_id"]) == (
+        "succeeded",
+        True,
+        sequences[-1],
+    )
+    assert [e["kind"] for e in body["events"]][-1] == "succeeded"
+    later = client.get(url("run-events", run.pk) + "?after=2").json()
+    assert [e["sequence"] for e in later["events"]] == sequences[2:]
+    assert client.get(url("run-events", run.pk) + "?after=-1").status_code == 400
+    assert client.get(url("run-events", run.pk) + "?after=x").status_code == 400
+    assert client_for(bob).get(url("run-events", run.pk)).status_code == 404
+    anonymous = APIClient().get(url("run-events", run.pk))
+    assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"] == "Token"
+
+
+def test_events_accept_a_token(alice, script):
+    _, run = start(alice, steps=(text("Hi"),), script=script)
+    token = Token.objects.create(user=alice)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert client.get(url("run-events", run.pk)).json()["finished"] is True
+    client.credentials(HTTP_AUTHORIZATION="Token wrong")
+    assert client.get(url("run-events", run.pk)).status_code == 401
+
+
+# -- events: Server-Sent Events ------------------------------------------------------------------
+
+
+def parse_sse(raw: str) -> list[dict]:
+    """The events of an SSE body: id, event, data (JSON) of each block."""
+    events = []
+    for block in raw.split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            if line.startswith(":") or ":" not in line:
+                continue
+            key, _, value = line.partition(":")
+            fields[key] = value.removeprefix(" ")
+        if "event" in fields:
+            events.append(
+                {
+                    "id": int(fields["id"]),
+                    "event": fields["event"],
+                    "data": json.loads(fields["data"]),
+                }
+            )
+    return events
+
+
+async def read_stream(client: AsyncClient, path: str, **headers) -> tuple[object, str]:
+    response = await client.get(path, headers={"Accept": "text/event-stream", **headers})
+    if not response.streaming:
+        return response, response.content.decode()
+    chunks = [chunk async for chunk in response.streaming_content]
+    return response, b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks).decode()
+
+
+def logged_in_async(user) -> AsyncClient:
+    client = AsyncClient()
+    client.force_login(user)
+    return client
+
+
+def test_sse_sends_every_event_then_ends_with_the_run(alice, script):
+    _, run = start(alice, steps=(text("Hello there"),), script=script)
+    response, raw = asyncio.run(read_stream(logged_in_async(alice), url("run-events", run.pk)))
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/event-stream")
+    assert response["Cache-Control"] == "no-cache"
+    assert raw.startswith("retry: ")
+    events = parse_sse(raw)
+    assert [e["id"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["event"] for e in events] == kinds(run)
+    assert (
+        events[-1]["event"] == "succeeded" and events[-1]["data"]["data"]["answer"] == "Hello there"
+    )
+    deltas = "".join(e["data"]["data"]["text"] for e in events if e["event"] == "text_delta")
+    assert deltas == "Hello there"
+
+
+def test_sse_resumes_after_last_event_id_without_repeating(alice, script):
+    _, run = start(alice, steps=(text("Hello there"),), script=script)
+    _, raw = asyncio.run(
+        read_stream(logged_in_async(alice), url("run-events", run.pk), **{"Last-Event-ID": "3"})
+    )
+    ids = [e["id"] for e in parse_sse(raw)]
+    assert ids[0] == 4 and ids == list(range(4, run.events.count() + 1))
+
+
+def test_sse_follows_a_waiting_run_live_until_it_ends(alice, staff, script):
+    """The stream is open while the run waits; an approval made meanwhile arrives on it."""
+    _, run = start(alice, script=script)
+    call = gated(run)
+    client = logged_in_async(alice)
+
+    async def scenario():
+        reader = asyncio.ensure_future(read_stream(client, url("run-events", run.pk)))
+        await asyncio.sleep(0.5)
+        assert not reader.done()  # waiting for the approval, stream open
+        await sync_to_async(approvals.approve, thread_sensitive=False)(call, user=staff)
+        return await asyncio.wait_for(reader, timeout=20)
+
+    response, raw = asyncio.run(scenario())
+    events = [e["event"] for e in parse_sse(raw)]
+    assert "approval_needed" in events
+    assert events.index("approval_needed") < events.index("approval_decided")
+    assert events[-1] == "succeeded"
+    assert len(events) == len(set(e["id"] for e in parse_sse(raw)))
+
+
+@override_settings(TOOL_CALLING={"API": {"SSE_KEEPALIVE_SECONDS": 1, "SSE_MAX_SECONDS": 3}})
+def test_a_quiet_stream_sends_keepalives_and_closes_at_its_limit(alice, script):
+    _, run = start(alice, script=script)  # waits for an approval nobody gives
+    client = logged_in_async(alice)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        result = await asyncio.wait_for(read_stream(client, url("run-events", run.pk)), timeout=20)
+        return result, loop.time() - started
+
+    (_, raw), elapsed = asyncio.run(scenario())
+    assert ": keep-alive" in raw
+    assert 2.5 <= elapsed < 10
+    assert parse_sse(raw)[-1]["event"] == "approval_needed"  # nothing ended, nothing invented
+
+
+def test_sse_refuses_strangers_and_anonymous_users(alice, bob, script):
+    _, run = start(alice, steps=(text("Hi"),), script=script)
+    response, _ = asyncio.run(read_stream(logged_in_async(bob), url("run-events", run.pk)))
+    assert response.status_code == 404
+    response, _ = asyncio.run(read_stream(AsyncClient(), url("run-events", run.pk)))
+    assert response.status_code == 401
