@@ -84,3 +84,10 @@ def slow_first(key: str) -> str:
     if first:
         time.sleep(4)
     return f"{key} from the {'first' if first else 'second'} run"
+
+
+@tool(requires_approval=True)
+def guarded_transfer(account: str, amount: int) -> str:
+    """Move money; a person approves every transfer first."""
+    record("guarded_transfer", f"{account}:{amount}")
+    return f"moved {amount} to {account}"
