@@ -44,3 +44,12 @@ def add_numbers(
 ) -> float:
     """Add two numbers and return the sum."""
     return a + b
+
+
+@tool(requires_approval=True)
+def refund_order(
+    order_id: Annotated[str, ToolParam("The order's id, e.g. '42'")],
+    amount: Annotated[float, ToolParam("Amount to refund, in euros")],
+) -> str:
+    """Refund part of an order (demo: nothing is paid back). A person approves every refund."""
+    return f"Refunded {amount:.2f} EUR on order {order_id} (demo: no money moved)."

@@ -18,7 +18,7 @@ from tool_calling.testing import ReplayServer, text, tool_call
 
 pytestmark = pytest.mark.django_db
 
-DEMO_TOOLS = "get_current_time, get_weather, add_numbers"  # registry order
+DEMO_TOOLS = "get_current_time, get_weather, add_numbers, refund_order"  # registry order
 
 
 def run(*args):
@@ -67,6 +67,7 @@ def test_tools_list_shows_state_source_approval_and_limit(extra_tool):
         "add_numbers                      enabled    demo             no        5",
         "get_current_time                 enabled    demo             no        excluded",
         "get_weather                      disabled   demo             yes       default",
+        "refund_order                     enabled    demo             yes       default",
         "retired                          missing    old              no        default",
         "whoami                           not synced",
     ]
@@ -110,7 +111,7 @@ def test_tools_call_of_a_disabled_tool_is_refused_and_audited():
     models.Tool.objects.filter(name="get_weather").update(enabled=False)
     message = (
         "Unknown or disabled tool 'get_weather'. Available tools: get_current_time, "
-        "add_numbers. Call one of these by its exact name."
+        "add_numbers, refund_order. Call one of these by its exact name."
     )
     with pytest.raises(CommandError, match=f"^{re.escape(message)}$"):
         run("tools", "call", "get_weather", '{"city": "Oslo"}')
@@ -212,7 +213,12 @@ def test_chat_stores_the_conversation_and_continues_it():
         assert messages[2] == ToolResponseMessage(
             [ToolResponse("call_1", "get_weather", weather("Oslo"))]
         )
-        assert tool_names(server.requests[0]) == ["get_current_time", "get_weather", "add_numbers"]
+        assert tool_names(server.requests[0]) == [
+            "get_current_time",
+            "get_weather",
+            "add_numbers",
+            "refund_order",
+        ]
         assert server.requests[0]["model"] == "test-model"
 
         out, err = run("chat", "And tomorrow?", "--conversation", str(conversation.pk))
@@ -250,7 +256,7 @@ def test_chat_offers_no_disabled_tool():
     models.Tool.objects.filter(name="get_weather").update(enabled=False)
     with replay(text("Hi")) as server:
         run("chat", "Hello")
-    assert tool_names(server.requests[0]) == ["get_current_time", "add_numbers"]
+    assert tool_names(server.requests[0]) == ["get_current_time", "add_numbers", "refund_order"]
 
 
 def test_chat_with_an_unknown_tool_fails_before_anything_happens():
