@@ -251,9 +251,7 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
     assert f"redis-server 127.0.0.1:{system.redis_port}" in commands
     assert "tool_calling.testing.server --mode demo" in commands
     assert "celery -A project worker -B -Q tool_calling,celery" in commands
-    assert (
-        f"uvicorn project.asgi:application --host 127.0.0.1 --port {system.port}" in commands
-    )
+    assert f"uvicorn project.asgi:application --host 127.0.0.1 --port {system.port}" in commands
 
     # Ctrl-C: everything stops, web first and Redis last, and the exit code is 0.
     system.interrupt()

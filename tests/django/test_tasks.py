@@ -386,7 +386,12 @@ def test_r3_a_failed_publish_leaves_the_call_pending_and_the_sweeper_sends_it(ca
         "will send it again" in caplog.text
     )
 
-    assert tasks.sweep_tool_executions() == {"redispatched": 0, "settled": 0, "purged": 0, "expired": 0}
+    assert tasks.sweep_tool_executions() == {
+        "redispatched": 0,
+        "settled": 0,
+        "purged": 0,
+        "expired": 0,
+    }
     # A just-committed call gets a lease's length of time to be sent by its own commit.
     models.ToolExecution.objects.filter(pk=call.pk).update(
         created_at=timezone.now() - datetime.timedelta(seconds=16)
@@ -417,7 +422,12 @@ def test_the_sweeper_settles_expired_attempts_and_sends_again_the_idempotent_one
     expire_lease(idempotent)
     expire_lease(not_idempotent)
 
-    assert tasks.sweep_tool_executions() == {"redispatched": 1, "settled": 1, "purged": 0, "expired": 0}
+    assert tasks.sweep_tool_executions() == {
+        "redispatched": 1,
+        "settled": 1,
+        "purged": 0,
+        "expired": 0,
+    }
     assert (reload(idempotent).status, reload(idempotent).attempt) == ("succeeded", 2)
     assert reload(not_idempotent).status == "unknown"
     assert reload(alive).status == "running"
@@ -428,7 +438,12 @@ def test_inline_calls_are_never_swept():
     old = timezone.now() - datetime.timedelta(hours=1)
     row = new_call(mode=models.ExecutionMode.INLINE, status=models.ExecutionStatus.RUNNING)
     models.ToolExecution.objects.filter(pk=row.pk).update(created_at=old, lease_expires_at=old)
-    assert tasks.sweep_tool_executions() == {"redispatched": 0, "settled": 0, "purged": 0, "expired": 0}
+    assert tasks.sweep_tool_executions() == {
+        "redispatched": 0,
+        "settled": 0,
+        "purged": 0,
+        "expired": 0,
+    }
     assert reload(row).status == "running"
 
 
