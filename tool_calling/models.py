@@ -637,3 +637,18 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} #{self.sequence} {self.kind}"
+
+
+class PendingApproval(ToolExecution):
+    """The approval queue: tool calls as the people who approve or deny them see them.
+
+    A proxy of :class:`ToolExecution` for the admin's queue (``tool_calling.admin``), which
+    lists the calls awaiting approval. Who may decide is ``approvals.can_decide``, not a
+    permission of this model, so it has none of its own.
+    """
+
+    class Meta:
+        proxy = True
+        verbose_name = _("call awaiting approval")
+        verbose_name_plural = _("calls awaiting approval")
+        default_permissions = ()
