@@ -132,8 +132,15 @@ def validate_arguments(name: str, arguments: Any) -> str:
     return text
 
 
-def _decided(execution_id: int) -> models.ToolExecution:
-    return models.ToolExecution.objects.select_related("decided_by").get(pk=execution_id)
+def _decided(execution: models.ToolExecution | int) -> models.ToolExecution:
+    """The row as stored now (the given one if it was deleted meanwhile)."""
+    pk = execution if isinstance(execution, int) else execution.pk
+    found = models.ToolExecution.objects.select_related("decided_by").filter(pk=pk).first()
+    if found is None and isinstance(execution, models.ToolExecution):
+        return execution
+    if found is None:
+        raise models.ToolExecution.DoesNotExist(f"Tool call {pk} does not exist.")
+    return found
 
 
 def approve(
@@ -156,7 +163,8 @@ def approve(
         The row as stored after the decision.
 
     Raises:
-        ApprovalStateError: the call is not waiting for approval (decided meanwhile).
+        ApprovalStateError: the call is not waiting for approval (decided meanwhile, or its
+            approval expired: it is denied as expired then, as the sweeper would).
         ToolArgumentsError: the edited arguments fail the schema (nothing changed).
     """
     from tool_calling.runs import approvals_decided, record_approval_event
@@ -169,7 +177,7 @@ def approve(
         "approval": models.ApprovalDecision.APPROVED,
         "decided_by": user if getattr(user, "is_authenticated", False) else None,
         "decided_at": now,
-        "decision_reason": note[:MAX_REASON_CHARS],
+        "decision_reason": note.strip()[:MAX_REASON_CHARS],
     }
     edited = arguments is not None
     with transaction.atomic():
@@ -179,7 +187,13 @@ def approve(
             .first()
         )
         if row is None:
-            raise ApprovalStateError(_decided(execution.pk))
+            raise ApprovalStateError(_decided(execution))
+        expired = row.approval_expires_at is not None and row.approval_expires_at <= now
+    if expired:
+        # Too late: what the sweeper would do at its next pass, done now.
+        _deny(row.pk, user=None, reason="", expired=True, now=now)
+        raise ApprovalStateError(_decided(execution))
+    with transaction.atomic():
         if edited:
             text = validate_arguments(name, arguments)
             payload = dict(row.payload or {})
@@ -193,7 +207,7 @@ def approve(
             pk=row.pk, status=models.ExecutionStatus.AWAITING_APPROVAL
         ).update(**fields)
         if not approved:
-            raise ApprovalStateError(_decided(row.pk))
+            raise ApprovalStateError(_decided(execution))
         dispatch_on_commit(row.pk)
         if row.run_id is not None:
             approvals_decided(row.run_id)
@@ -216,7 +230,7 @@ def deny(execution: models.ToolExecution, *, user: Any, reason: str = "") -> mod
     """
     row = _deny(execution.pk, user=user, reason=reason.strip()[:MAX_REASON_CHARS])
     if row is None:
-        raise ApprovalStateError(_decided(execution.pk))
+        raise ApprovalStateError(_decided(execution))
     logger.info("Tool call %s (%r) denied by %s", row.pk, row.tool_name, getattr(user, "pk", None))
     return row
 

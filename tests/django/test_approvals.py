@@ -313,3 +313,27 @@ def test_who_may_decide(alice, reviewer):
     alice.is_active = False
     assert approvals.can_decide(alice) is False
     assert approvals.can_decide(None) is False
+
+
+def test_approving_after_the_deadline_is_refused_and_the_call_expires(alice, reviewer, script):
+    _, run = start(alice, script=script)
+    models.ToolExecution.objects.filter(pk=gated_call(run).pk).update(
+        approval_expires_at=timezone.now() - datetime.timedelta(seconds=1)
+    )
+    with pytest.raises(approvals.ApprovalStateError):
+        approvals.approve(gated_call(run), user=reviewer)
+    call = gated_call(run)
+    assert (call.status, call.approval, call.decided_by) == ("denied", "expired", None)
+    assert not any(name == "wire_money" for name, _ in RAN)
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+
+
+def test_a_call_deleted_meanwhile_is_reported_as_not_waiting(alice, reviewer, script):
+    _, run = start(alice, script=script)
+    call = gated_call(run)
+    models.ToolExecution.objects.filter(pk=call.pk).delete()
+    with pytest.raises(approvals.ApprovalStateError):
+        approvals.approve(call, user=reviewer)
+    with pytest.raises(approvals.ApprovalStateError):
+        approvals.deny(call, user=reviewer)
