@@ -21,6 +21,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+import tool_calling
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -62,6 +64,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
+    # Swagger UI's assets as static files: the browsable schema needs no CDN.
+    "drf_spectacular_sidecar",
     "tool_calling",
     "project.demo",
 ]
@@ -151,6 +156,41 @@ REST_FRAMEWORK = {
     ],
     # ScopedRateThrottle scopes of tool_calling.api: new turns (POST .../messages/) per user.
     "DEFAULT_THROTTLE_RATES": {"tool_calling_turns": "30/min"},
+    # The OpenAPI schema at /api/schema/ (drf-spectacular; docs/openapi.yaml is its snapshot).
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# --- OpenAPI schema (drf-spectacular) -------------------------------------------------------
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "tool_calling API",
+    "DESCRIPTION": (
+        "Conversations with an LLM that calls governed tools: send a message to start a turn "
+        "(a run), follow its events, cancel or retry it, and approve or deny the tool calls "
+        "that wait for a person. Every endpoint needs an authenticated user (a DRF token or a "
+        "session); objects of other users answer 404."
+    ),
+    "VERSION": tool_calling.__version__,
+    # Separate request and response components (e.g. Conversation / ConversationRequest), so
+    # read-only fields never appear in request bodies.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The schema documents the API, not the schema's own endpoint.
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from drf_spectacular_sidecar's static files, not from a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Runs and tool calls both have a "status" enum: name each after its choices.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "tool_calling.models.RunStatus",
+        "ExecutionStatusEnum": "tool_calling.models.ExecutionStatus",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        # GET /api/runs/{id}/events/ is a plain async Django view: this hook documents it.
+        "tool_calling.api.schema.add_run_events",
+        # The limits of TOOL_CALLING["API"] (?wait, message length), read when generating.
+        "tool_calling.api.schema.add_input_limits",
+    ],
 }
 
 # --- Celery (read by project/celery.py through the CELERY_ namespace) ----------------------

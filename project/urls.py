@@ -3,11 +3,20 @@
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 urlpatterns = [
     # The example project has no pages of its own: its front door is the admin.
     path("", RedirectView.as_view(pattern_name="admin:index", permanent=False)),
     path("admin/", admin.site.urls),
+    # The OpenAPI schema of the API (docs/openapi.yaml is its checked-in copy) and Swagger UI to
+    # browse and try it. Before the API's include, whose router owns the rest of api/.
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path(
+        "api/schema/swagger-ui/",
+        SpectacularSwaggerView.as_view(url_name="schema"),
+        name="swagger-ui",
+    ),
     # The REST API of tool_calling (README.md, "HTTP API"); its URL names are "tool_calling:...".
     path("api/", include("tool_calling.api.urls")),
 ]

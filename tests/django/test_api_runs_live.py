@@ -412,3 +412,22 @@ def test_sse_refuses_strangers_and_anonymous_users(alice, bob, script):
     assert response.status_code == 404
     response, _ = asyncio.run(read_stream(AsyncClient(), url("run-events", run.pk)))
     assert response.status_code == 401
+
+
+def test_a_body_nested_too_deeply_is_a_400_not_a_500(alice, staff, script):
+    _, run = start(alice, script=script)
+    deep = "[" * 100_000 + "]" * 100_000
+    for client, path in (
+        (client_for(alice), url("conversation-list")),
+        (client_for(staff), url("tool-execution-approve", gated(run).pk)),
+    ):
+        response = client.post(path, deep, content_type="application/json")
+        assert response.status_code == 400, response.content[:200]
+        assert "nested too deeply" in str(response.data["detail"])
+    assert gated(run).status == "awaiting_approval"
+
+
+def test_tools_say_which_need_approval(alice):
+    tools = {t["name"]: t for t in client_for(alice).get(url("tool-list")).data}
+    assert tools["live_refund"]["requires_approval"] is True
+    assert tools["live_lookup"]["requires_approval"] is False

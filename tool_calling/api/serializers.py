@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
@@ -38,11 +40,15 @@ def _url(name: str, pk: object, request: Any) -> str:
 
 
 class ToolSerializer(serializers.Serializer):
-    """A tool the user may use, as the model sees it (a ``ToolDefinition``)."""
+    """A tool the user may use, as the model sees it (a ``ToolDefinition``), and its gate."""
 
     name = serializers.CharField(read_only=True)
     description = serializers.CharField(read_only=True)
     input_schema = serializers.JSONField(read_only=True)
+    requires_approval = serializers.BooleanField(
+        read_only=True,
+        help_text="Each call waits for a person's approval before it runs (background runs).",
+    )
 
 
 class MessageSerializer(serializers.ModelSerializer):
@@ -65,10 +71,12 @@ class ConversationSerializer(serializers.ModelSerializer):
         fields = ["id", "title", "created_at", "updated_at", "url", "messages_url"]
         read_only_fields = ["id", "created_at", "updated_at"]
 
+    @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, conversation: models.Conversation) -> str:
         """The conversation's URL."""
         return _url("conversation-detail", conversation.pk, self.context.get("request"))
 
+    @extend_schema_field(OpenApiTypes.URI)
     def get_messages_url(self, conversation: models.Conversation) -> str:
         """Where to POST a message."""
         return _url("conversation-messages", conversation.pk, self.context.get("request"))
@@ -141,6 +149,18 @@ class RunSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    @extend_schema_field(
+        inline_serializer(
+            "RunUrls",
+            {
+                "self": serializers.URLField(help_text="The run."),
+                "events": serializers.URLField(help_text="Its events (SSE or JSON polling)."),
+                "cancel": serializers.URLField(help_text="Where to POST to cancel it."),
+                "retry": serializers.URLField(help_text="Where to POST to retry it (failed)."),
+                "conversation": serializers.URLField(help_text="Its conversation."),
+            },
+        )
+    )
     def get_urls(self, run: models.Run) -> dict[str, str]:
         """The run's own URL, its cancel URL and its conversation's URL."""
         request = self.context.get("request")
@@ -200,7 +220,12 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
     shown to approvers only, who need them to decide; results and errors never are.
     """
 
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(
+        slug_field="username",
+        read_only=True,
+        allow_null=True,  # for the schema: null until someone decides
+        help_text="Who approved or denied the call (their username); null until decided.",
+    )
     urls = serializers.SerializerMethodField()
 
     class Meta:
@@ -227,6 +252,19 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    @extend_schema_field(
+        inline_serializer(
+            "ToolExecutionUrls",
+            {
+                "self": serializers.URLField(help_text="The call."),
+                "approve": serializers.URLField(help_text="Where to POST to approve it."),
+                "deny": serializers.URLField(help_text="Where to POST to deny it."),
+                "run": serializers.URLField(
+                    allow_null=True, help_text="Its run; null for a call outside a run."
+                ),
+            },
+        )
+    )
     def get_urls(self, execution: models.ToolExecution) -> dict[str, str | None]:
         """The call's URL, where to approve or deny it, and its run."""
         request = self.context.get("request")

@@ -12,6 +12,13 @@ import uuid
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, ValidationError
@@ -24,12 +31,14 @@ from rest_framework.throttling import ScopedRateThrottle
 
 from tool_calling import approvals, models, runs
 from tool_calling.api import serializers
+from tool_calling.api.parsers import PARSERS
 from tool_calling.api.permissions import (
     IsOwnerOrStaff,
     visible_conversations,
     visible_executions,
     visible_runs,
 )
+from tool_calling.api.schema import errors
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 from tool_calling.governance import ConversationBusyError
 from tool_calling.resolvers import GovernedTools
@@ -100,25 +109,70 @@ class TurnRateThrottle(ScopedRateThrottle):
 
 _PERMISSIONS = [IsAuthenticated, IsOwnerOrStaff]
 
+_INVALID_PAGE = (404, "`?page=` is not a page of the list.")
+
 
 # -- tools --------------------------------------------------------------------------------------
 
 
+@extend_schema_view(
+    list=extend_schema(responses={200: serializers.ToolSerializer(many=True), **errors(401)}),
+)
 class ToolViewSet(viewsets.ViewSet):
     """``GET tools/``: the tools the requesting user may use (enabled, in their groups)."""
 
     permission_classes = _PERMISSIONS
+    parser_classes = PARSERS
 
     def list(self, request: Request) -> Response:
-        """Name, description and input schema of each tool, in registry order."""
+        """Name, description, input schema and approval gate of each tool, in registry order."""
         tools = GovernedTools(request.user)
-        definitions = [callback.definition for callback in tools.callbacks()]
-        return Response(serializers.ToolSerializer(definitions, many=True).data)
+        entries = [
+            {
+                "name": callback.definition.name,
+                "description": callback.definition.description,
+                "input_schema": callback.definition.input_schema,
+                "requires_approval": bool(
+                    tools.rows[callback.definition.name].requires_approval
+                    or callback.metadata.requires_approval
+                ),
+            }
+            for callback in tools.callbacks()
+        ]
+        return Response(serializers.ToolSerializer(entries, many=True).data)
 
 
 # -- conversations ------------------------------------------------------------------------------
 
 
+@extend_schema_view(
+    list=extend_schema(
+        description="The user's conversations (every one for staff), most recently updated "
+        "first, in pages of 20.",
+        responses={200: serializers.ConversationSerializer, **errors(401, _INVALID_PAGE)},
+    ),
+    create=extend_schema(
+        description="Start a conversation; the requesting user owns it.",
+        responses={201: serializers.ConversationSerializer, **errors(400, 401, 403)},
+    ),
+    retrieve=extend_schema(
+        description="A conversation with its messages in order, tool calls and tool "
+        "responses included.",
+        responses={200: serializers.ConversationDetailSerializer, **errors(401, 404)},
+    ),
+    destroy=extend_schema(
+        description="Delete a conversation, its messages and runs.",
+        responses={
+            204: OpenApiResponse(description="Deleted."),
+            **errors(
+                401,
+                403,
+                404,
+                (409, "A run is answering in the conversation: cancel it or wait for it to end."),
+            ),
+        },
+    ),
+)
 class ConversationViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -129,6 +183,7 @@ class ConversationViewSet(
     """The user's conversations; ``POST {id}/messages/`` starts a turn in one."""
 
     permission_classes = _PERMISSIONS
+    parser_classes = PARSERS
     pagination_class = Pagination
     serializer_class = serializers.ConversationSerializer
     throttle_scope: str | None = None
@@ -163,6 +218,61 @@ class ConversationViewSet(
             )
         instance.delete()
 
+    @extend_schema(
+        request=serializers.TurnSerializer,
+        parameters=[
+            OpenApiParameter(
+                "wait",
+                {"type": "integer", "minimum": 1},
+                OpenApiParameter.QUERY,
+                description="Seconds to wait for the run to end (or to pause for an approval) "
+                'before answering; at most `TOOL_CALLING["API"]["MAX_WAIT_SECONDS"]`.',
+            ),
+            OpenApiParameter(
+                "Location",
+                OpenApiTypes.URI,
+                OpenApiParameter.HEADER,
+                description="The run's URL.",
+                response=[200, 202],
+            ),
+            OpenApiParameter(
+                "Retry-After",
+                OpenApiTypes.INT,
+                OpenApiParameter.HEADER,
+                description="Seconds until a new turn is accepted.",
+                response=[429],
+            ),
+        ],
+        responses={
+            202: OpenApiResponse(
+                serializers.RunSerializer,
+                description="The turn started (or, with `?wait`, had not ended in time): "
+                "follow the run's URL or its events.",
+            ),
+            200: OpenApiResponse(
+                serializers.RunDetailSerializer,
+                description="With `?wait`: the run, which ended within the wait, with its "
+                "events and tool calls. (A run that paused for an approval answers 202 at once.)",
+            ),
+            **errors(
+                400,
+                401,
+                (
+                    403,
+                    "Only the conversation's owner may send messages into it (staff included); "
+                    "or a session-authenticated request without its CSRF token.",
+                ),
+                404,
+                (409, "Another turn is running in this conversation: send when it ended."),
+                429,
+                (
+                    503,
+                    "The turn could not be queued (the message broker is unavailable); the "
+                    "message and the run are saved, the run is failed and can be retried.",
+                ),
+            ),
+        },
+    )
     @action(
         detail=True,
         methods=["post"],
@@ -225,10 +335,34 @@ def _wait_for(run: models.Run, seconds: int) -> models.Run:
 # -- runs ---------------------------------------------------------------------------------------
 
 
+@extend_schema_view(
+    list=extend_schema(
+        description="The runs of the user's conversations (every one for staff), newest "
+        "first, in pages of 20.",
+        parameters=[
+            OpenApiParameter(
+                "status",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                enum=models.RunStatus.values,
+                description="Only the runs in this status.",
+            ),
+        ],
+        responses={
+            200: serializers.RunSerializer,
+            **errors((400, "`?status=` is not a run status."), 401, _INVALID_PAGE),
+        },
+    ),
+    retrieve=extend_schema(
+        description="A run with its events and a summary of its tool calls.",
+        responses={200: serializers.RunDetailSerializer, **errors(401, 404)},
+    ),
+)
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
     """The user's runs (``?status=`` filters the list); ``POST {id}/cancel/`` stops one."""
 
     permission_classes = _PERMISSIONS
+    parser_classes = PARSERS
     pagination_class = Pagination
 
     def get_queryset(self) -> QuerySet[models.Run]:
@@ -256,6 +390,13 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             return serializers.RunSerializer
         return serializers.RunDetailSerializer
 
+    @extend_schema(
+        request=None,
+        responses={
+            202: OpenApiResponse(serializers.RunSerializer, description="Cancelling was asked."),
+            **errors(401, 403, 404, (409, "The run already ended.")),
+        },
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Ask the run to stop (its next step ends it ``cancelled``); 409 if it already ended."""
@@ -267,6 +408,19 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         data = serializers.RunSerializer(run, context=self.get_serializer_context()).data
         return Response(data, status=status.HTTP_202_ACCEPTED)
 
+    @extend_schema(
+        request=None,
+        responses={
+            202: OpenApiResponse(serializers.RunSerializer, description="The run is queued again."),
+            **errors(
+                401,
+                403,
+                404,
+                (409, "The run did not fail, or another turn is running in its conversation."),
+                (503, "The run could not be queued: the message broker is unavailable."),
+            ),
+        },
+    )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
         """Queue a failed run again (it continues from what is stored): 202 with the run.
@@ -332,6 +486,58 @@ class CanDecide(IsOwnerOrStaff):
         return True
 
 
+_EXECUTION_READ = (
+    "Approvers (staff, or holders of `tool_calling.approve_toolexecution`) also get "
+    "`arguments` and `original_arguments`, as in `ReviewedToolExecution`."
+)
+_DECISION_REFUSED = (
+    403,
+    "Only approvers may approve or deny (staff, or holders of "
+    "`tool_calling.approve_toolexecution`); or a session-authenticated request without its "
+    "CSRF token.",
+)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        description="The user's tool calls (every one for approvers), oldest first, in pages "
+        f"of 20. `?status=awaiting_approval` is the approval queue. {_EXECUTION_READ}",
+        parameters=[
+            OpenApiParameter(
+                "status",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                enum=models.ExecutionStatus.values,
+                description="Only the calls in this status.",
+            ),
+            OpenApiParameter(
+                "approval",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                enum=[v for v in models.ApprovalDecision.values if v],
+                description="Only the calls with this approval state.",
+            ),
+            OpenApiParameter(
+                "run",
+                OpenApiTypes.UUID,
+                OpenApiParameter.QUERY,
+                description="Only the calls of this run.",
+            ),
+        ],
+        responses={
+            200: serializers.ToolExecutionSerializer,
+            **errors(
+                (400, "`?status=`, `?approval=` or `?run=` is not one of its values."),
+                401,
+                _INVALID_PAGE,
+            ),
+        },
+    ),
+    retrieve=extend_schema(
+        description=f"One tool call with its approval state. {_EXECUTION_READ}",
+        responses={200: serializers.ToolExecutionSerializer, **errors(401, 404)},
+    ),
+)
 class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
     """Tool calls: the user's own (all of them for approvers); approve or deny gated ones.
 
@@ -339,6 +545,7 @@ class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
     """
 
     permission_classes = [IsAuthenticated, CanDecide]
+    parser_classes = PARSERS
     pagination_class = Pagination
 
     def get_queryset(self) -> QuerySet[models.ToolExecution]:
@@ -374,6 +581,21 @@ class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
         data = self.get_serializer(execution).data
         return Response(data, status=status.HTTP_200_OK)
 
+    @extend_schema(
+        request=serializers.ApproveSerializer,
+        responses={
+            200: OpenApiResponse(
+                serializers.ReviewedToolExecutionSerializer, description="The approved call."
+            ),
+            **errors(
+                (400, "The body is invalid, or edited `arguments` fail the tool's schema."),
+                401,
+                _DECISION_REFUSED,
+                404,
+                (409, "The call is not awaiting approval (decided, expired, or never gated)."),
+            ),
+        },
+    )
     @action(detail=True, methods=["post"], serializer_class=serializers.ApproveSerializer)
     def approve(self, request: Request, pk: str | None = None) -> Response:
         """Approve the call (optionally with edited ``arguments``); the run resumes.
@@ -398,6 +620,21 @@ class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
             raise NotAwaitingApproval(str(exc)) from exc
         return self._decided(decided)
 
+    @extend_schema(
+        request=serializers.DenySerializer,
+        responses={
+            200: OpenApiResponse(
+                serializers.ReviewedToolExecutionSerializer, description="The denied call."
+            ),
+            **errors(
+                400,
+                401,
+                _DECISION_REFUSED,
+                404,
+                (409, "The call is not awaiting approval (decided, expired, or never gated)."),
+            ),
+        },
+    )
     @action(detail=True, methods=["post"], serializer_class=serializers.DenySerializer)
     def deny(self, request: Request, pk: str | None = None) -> Response:
         """Deny the call with a ``reason`` the model reads; the run goes on without it.
