@@ -431,3 +431,52 @@ def test_tools_say_which_need_approval(alice):
     tools = {t["name"]: t for t in client_for(alice).get(url("tool-list")).data}
     assert tools["live_refund"]["requires_approval"] is True
     assert tools["live_lookup"]["requires_approval"] is False
+
+
+def test_a_turn_can_offer_only_some_of_the_users_tools(alice, script):
+    model = script(text("Looked"))
+    conversation = models.Conversation.objects.create(owner=alice)
+    client = client_for(alice)
+    response = client.post(
+        url("conversation-messages", conversation.pk),
+        {"text": "Look A1 up", "tools": ["live_lookup"]},
+        format="json",
+    )
+    assert response.status_code == 202, response.data
+    offered = [c.definition.name for c in model.requests[0].options.tool_callbacks]
+    assert offered == ["live_lookup"]
+    assert models.Run.objects.get(pk=response.data["id"]).tool_names == ["live_lookup"]
+
+
+@pytest.mark.parametrize(
+    "tools, message",
+    [
+        (["live_lookup", "rm_rf"], "Unknown or unavailable tool(s): rm_rf."),
+        ([], "This list may not be empty."),
+        ("live_lookup", 'Expected a list of items but got type "str".'),
+    ],
+)
+def test_unknown_tools_in_a_turn_are_a_400_and_nothing_is_stored(alice, script, tools, message):
+    script(text("never"))
+    conversation = models.Conversation.objects.create(owner=alice)
+    response = client_for(alice).post(
+        url("conversation-messages", conversation.pk), {"text": "Hi", "tools": tools}, format="json"
+    )
+    assert response.status_code == 400
+    assert message in str(response.data["tools"])
+    assert not conversation.messages.exists() and not models.Run.objects.exists()
+
+
+def test_a_tool_the_user_may_not_use_is_unknown_to_them(alice, script):
+    models.Tool.objects.filter(name="live_lookup").update(enabled=False)
+    conversation = models.Conversation.objects.create(owner=alice)
+    response = client_for(alice).post(
+        url("conversation-messages", conversation.pk),
+        {"text": "Hi", "tools": ["live_lookup"]},
+        format="json",
+    )
+    assert response.status_code == 400
+    detail = str(response.data["tools"])
+    assert "Unknown or unavailable tool(s): live_lookup." in detail
+    assert "live_refund" in detail.split("Your tools:")[1]
+    assert "live_lookup" not in detail.split("Your tools:")[1]

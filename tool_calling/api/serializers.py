@@ -92,9 +92,31 @@ class ConversationDetailSerializer(ConversationSerializer):
 
 
 class TurnSerializer(serializers.Serializer):
-    """The body of ``POST conversations/{id}/messages/``: the user's message."""
+    """The body of ``POST conversations/{id}/messages/``: the user's message (and tools).
+
+    The view passes the names of the tools the user may use as ``context["available_tools"]``.
+    """
 
     text = serializers.CharField(trim_whitespace=False, allow_blank=True)
+    tools = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        required=False,
+        allow_empty=False,
+        max_length=128,
+        help_text="Offer only these of your tools in this turn (default: all of them).",
+    )
+
+    def validate_tools(self, tools: list[str]) -> list[str]:
+        """Refuse names that are not among the user's tools, listing the ones that are."""
+        available = list(self.context.get("available_tools") or [])
+        unknown = [name for name in tools if name not in available]
+        if unknown:
+            listed = ", ".join(available) or "none"
+            raise serializers.ValidationError(
+                f"Unknown or unavailable tool(s): {', '.join(unknown)}. Your tools: {listed}.",
+                code="unknown_tool",
+            )
+        return list(dict.fromkeys(tools))
 
     def validate_text(self, text: str) -> str:
         """Refuse a blank message and one longer than ``API["MAX_MESSAGE_CHARS"]``."""

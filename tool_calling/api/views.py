@@ -290,9 +290,16 @@ class ConversationViewSet(
         query = serializers.WaitSerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         body = self.get_serializer(data=request.data)
+        if "tools" in getattr(request, "data", {}):
+            body.context["available_tools"] = list(GovernedTools(request.user).available)
         body.is_valid(raise_exception=True)
         try:
-            run = runs.start_turn(conversation, body.validated_data["text"], user=request.user)
+            run = runs.start_turn(
+                conversation,
+                body.validated_data["text"],
+                user=request.user,
+                tool_names=body.validated_data.get("tools"),
+            )
         except ConversationBusyError as exc:
             raise ConversationBusy() from exc
         except runs.RunQueueError as exc:
