@@ -21,6 +21,7 @@ clients) refuse such calls instead (``governance.approval_refusal_text``).
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 from typing import Any
@@ -132,6 +133,19 @@ def validate_arguments(name: str, arguments: Any) -> str:
     return text
 
 
+def arguments_digest(text: str) -> str:
+    """SHA-256 of a call's exact arguments: what an approval is bound to."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def approved_as_recorded(row: models.ToolExecution) -> bool:
+    """Whether ``row`` was approved and will run with exactly the arguments approved."""
+    if row.approval != models.ApprovalDecision.APPROVED or not row.approved_arguments_sha256:
+        return False
+    text = (row.payload or {}).get("arguments")
+    return isinstance(text, str) and arguments_digest(text) == row.approved_arguments_sha256
+
+
 def _decided(execution: models.ToolExecution | int) -> models.ToolExecution:
     """The row as stored now (the given one if it was deleted meanwhile)."""
     pk = execution if isinstance(execution, int) else execution.pk
@@ -194,6 +208,7 @@ def approve(
         _deny(row.pk, user=None, reason="", expired=True, now=now)
         raise ApprovalStateError(_decided(execution))
     with transaction.atomic():
+        text = str((row.payload or {}).get("arguments") or "{}")
         if edited:
             text = validate_arguments(name, arguments)
             payload = dict(row.payload or {})
@@ -203,6 +218,7 @@ def approve(
                 original_arguments=row.arguments,
                 arguments=audit_text(text, tool_name=name, field="arguments"),
             )
+        fields["approved_arguments_sha256"] = arguments_digest(text)
         approved = models.ToolExecution.objects.filter(
             pk=row.pk, status=models.ExecutionStatus.AWAITING_APPROVAL
         ).update(**fields)

@@ -395,6 +395,16 @@ class ToolExecution(models.Model):
         blank=True,
         help_text=_("The model's arguments, when the approver edited them before approving."),
     )
+    approved_arguments_sha256 = models.CharField(
+        _("approved arguments (SHA-256)"),
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The digest of the exact arguments that were approved: a worker runs the call only "
+            "with those."
+        ),
+    )
     error = models.TextField(
         _("error"), blank=True, help_text=_("The exception and traceback, for operators only.")
     )

@@ -43,6 +43,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from tool_calling import models
+from tool_calling.approvals import approved_as_recorded
 from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.tools.context import ToolContext
@@ -328,7 +329,8 @@ def _run(claim: Claim) -> tuple[CallOutcome, str]:
         name,
         row.user,
         lambda: callback.call(arguments, context),
-        approved=row.approval == models.ApprovalDecision.APPROVED,
+        # Bound to the exact arguments approved: changed since, the call is refused.
+        approved=approved_as_recorded(row),
     )
     failure = outcome.exception
     if isinstance(failure, ToolExecutionException):

@@ -337,3 +337,36 @@ def test_a_call_deleted_meanwhile_is_reported_as_not_waiting(alice, reviewer, sc
         approvals.approve(call, user=reviewer)
     with pytest.raises(approvals.ApprovalStateError):
         approvals.deny(call, user=reviewer)
+
+
+def test_an_approval_is_bound_to_the_exact_arguments_approved(alice, reviewer, script):
+    """S6: arguments changed after the approval (in the database) are refused by the worker."""
+    _, run = start(alice, script=script)
+    with mock.patch("tool_calling.tasks.dispatch_on_commit"):  # approved, not sent yet
+        decided = approvals.approve(gated_call(run), user=reviewer)
+    exact = decided.payload["arguments"]
+    assert decided.approved_arguments_sha256 == approvals.arguments_digest(exact)
+    tampered = {**decided.payload, "arguments": '{"account": "MALLORY", "amount": 10000}'}
+    models.ToolExecution.objects.filter(pk=decided.pk).update(payload=tampered)
+    tasks.execute_tool_call(decided.pk)
+    call = gated_call(run)
+    assert call.status == "refused"
+    assert not any(name == "wire_money" for name, _ in RAN)
+
+
+def test_a_model_repeating_an_approved_call_with_other_arguments_waits_again(
+    alice, reviewer, script
+):
+    script(
+        tool_calls(tool_call("wire_money", account="ACME", amount=10)),
+        tool_calls(tool_call("wire_money", account="ACME", amount=5000)),
+        text("Done"),
+    )
+    conversation = models.Conversation.objects.create(owner=alice)
+    run = runs.start_turn(conversation, "Pay", user=alice)
+    approvals.approve(models.ToolExecution.objects.get(run=run), user=reviewer)
+    run.refresh_from_db()
+    assert run.status == "awaiting_approval"  # the second call is not covered by the first
+    second = models.ToolExecution.objects.filter(run=run).order_by("pk").last()
+    assert (second.status, json.loads(second.arguments)["amount"]) == ("awaiting_approval", 5000)
+    assert RAN == [("wire_money", ("ACME", 10))]
