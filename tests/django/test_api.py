@@ -12,15 +12,15 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.cache import cache
 from django.test import override_settings
-from django.urls import reverse
 from kombu.exceptions import OperationalError
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from tests.django._api import client_for, url
 from tool_calling import models, runs, tasks, tool
 from tool_calling.registry import registry
 from tool_calling.sync import sync_tools
-from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
+from tool_calling.testing import text, tool_call, tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,22 +60,6 @@ def api_tools():
 
 
 @pytest.fixture
-def script():
-    patchers = []
-
-    def make(*steps):
-        model = ScriptedChatModel(list(steps))
-        patcher = mock.patch("tool_calling.runs.default_chat_model", return_value=model)
-        patcher.start()
-        patchers.append(patcher)
-        return model
-
-    yield make
-    for patcher in patchers:
-        patcher.stop()
-
-
-@pytest.fixture
 def alice():
     return User.objects.create_user("alice", password="pw")
 
@@ -88,16 +72,6 @@ def bob():
 @pytest.fixture
 def staff():
     return User.objects.create_user("staff", password="pw", is_staff=True)
-
-
-def client_for(user):
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
-def url(name, pk=None):
-    return reverse(f"tool_calling:{name}", kwargs=None if pk is None else {"pk": pk})
 
 
 def conversation_of(user, title=""):

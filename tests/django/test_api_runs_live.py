@@ -13,15 +13,15 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Permission, User
 from django.test import AsyncClient, override_settings
-from django.urls import reverse
 from kombu.exceptions import OperationalError
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from tests.django._api import client_for, url
 from tool_calling import approvals, models, tasks, tool
 from tool_calling.registry import registry
 from tool_calling.sync import sync_tools
-from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
+from tool_calling.testing import text, tool_call, tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,22 +63,6 @@ def live_tools():
 
 
 @pytest.fixture
-def script():
-    patchers = []
-
-    def make(*steps):
-        model = ScriptedChatModel(list(steps))
-        patcher = mock.patch("tool_calling.runs.default_chat_model", return_value=model)
-        patcher.start()
-        patchers.append(patcher)
-        return model
-
-    yield make
-    for patcher in patchers:
-        patcher.stop()
-
-
-@pytest.fixture
 def alice():
     return User.objects.create_user("alice", password="pw")
 
@@ -91,16 +75,6 @@ def bob():
 @pytest.fixture
 def staff():
     return User.objects.create_user("staff", password="pw", is_staff=True)
-
-
-def client_for(user):
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
-def url(name, pk=None):
-    return reverse(f"tool_calling:{name}", kwargs=None if pk is None else {"pk": pk})
 
 
 def start(user, steps=GATED, script=None, text_="Refund A1"):

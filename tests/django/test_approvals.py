@@ -75,22 +75,6 @@ def reviewer():
     return User.objects.create_user("rita", is_staff=True)
 
 
-@pytest.fixture
-def script():
-    patchers = []
-
-    def make(*steps):
-        model = ScriptedChatModel(list(steps))
-        patcher = mock.patch("tool_calling.runs.default_chat_model", return_value=model)
-        patcher.start()
-        patchers.append(patcher)
-        return model
-
-    yield make
-    for patcher in patchers:
-        patcher.stop()
-
-
 def start(user, script_steps=GATED_ROUND, script=None):
     script(*script_steps)
     conversation = models.Conversation.objects.create(owner=user)

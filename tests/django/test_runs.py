@@ -67,28 +67,6 @@ def alice():
     return User.objects.create_user("alice")
 
 
-def scripted(*steps):
-    """Patch the runs' chat model with a script; returns the model."""
-    model = ScriptedChatModel(list(steps))
-    patcher = mock.patch("tool_calling.runs.default_chat_model", return_value=model)
-    patcher.start()
-    return model, patcher
-
-
-@pytest.fixture
-def script():
-    patchers = []
-
-    def make(*steps):
-        model, patcher = scripted(*steps)
-        patchers.append(patcher)
-        return model
-
-    yield make
-    for patcher in patchers:
-        patcher.stop()
-
-
 def transcript(conversation):
     return [
         (m.role, m.text, m.tool_calls, m.tool_responses)
