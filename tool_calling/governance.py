@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import close_old_connections
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from tool_calling import models
@@ -98,6 +98,8 @@ def claim_conversation(conversation_id: uuid.UUID | str) -> str:
 
     The claim is one conditional UPDATE (atomic on SQLite and PostgreSQL). A claim older than
     ``CONVERSATION_TURN_TIMEOUT`` seconds is taken over: a crashed turn never blocks for good.
+    A background run's claim is never taken over while the run is active: it may wait longer
+    than that for an approval or its tool calls, and the sweeper keeps it moving.
 
     Raises:
         ConversationBusyError: another turn holds the conversation.
@@ -106,9 +108,17 @@ def claim_conversation(conversation_id: uuid.UUID | str) -> str:
     token = uuid.uuid4().hex
     now = timezone.now()
     stale = now - datetime.timedelta(seconds=app_settings.CONVERSATION_TURN_TIMEOUT)
+    held_by_a_run = models.Run.objects.filter(
+        conversation_id=OuterRef("pk"),
+        turn_token=OuterRef("turn_token"),
+        status__in=models.RUN_ACTIVE_STATUSES,
+    )
     claimed = (
         models.Conversation.objects.filter(pk=conversation_id)
-        .filter(Q(turn_token="") | Q(turn_started_at__lt=stale) | Q(turn_started_at=None))
+        .filter(
+            Q(turn_token="")
+            | ((Q(turn_started_at__lt=stale) | Q(turn_started_at=None)) & ~Exists(held_by_a_run))
+        )
         .update(turn_token=token, turn_started_at=now)
     )
     if not claimed:

@@ -530,6 +530,9 @@ class RunStatus(models.TextChoices):
 RUN_TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
 """Statuses a run leaves only when it is retried (failed) or never (succeeded, cancelled)."""
 
+RUN_ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
+"""Statuses of a run that holds its conversation and will move on (steps, calls, approvals)."""
+
 
 class Run(models.Model):
     """One turn of a conversation driven as Celery steps; every step is stored as it happens."""

@@ -88,11 +88,7 @@ __all__ = [
 
 logger = logging.getLogger("tool_calling.runs")
 
-_ACTIVE = (
-    models.RunStatus.QUEUED,
-    models.RunStatus.RUNNING,
-    models.RunStatus.AWAITING_APPROVAL,
-)
+_ACTIVE = models.RUN_ACTIVE_STATUSES
 
 
 class RunQueueError(ToolCallingError):

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from tool_calling import approvals, models, runs, tasks, tool
 from tool_calling.exceptions import ToolArgumentsError
-from tool_calling.governance import governed_chat_client
+from tool_calling.governance import ConversationBusyError, governed_chat_client
 from tool_calling.registry import registry
 from tool_calling.sync import sync_tools
 from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
@@ -354,3 +354,19 @@ def test_a_model_repeating_an_approved_call_with_other_arguments_waits_again(
     second = models.ToolExecution.objects.filter(run=run).order_by("pk").last()
     assert (second.status, json.loads(second.arguments)["amount"]) == ("awaiting_approval", 5000)
     assert RAN == [("wire_money", ("ACME", 10))]
+
+
+def test_a_run_waiting_longer_than_the_turn_timeout_keeps_its_conversation(
+    alice, reviewer, script
+):
+    """A stale claim is taken over, but not one an active run holds (it waits for a person)."""
+    conversation, run = start(alice, script=script)
+    long_ago = timezone.now() - datetime.timedelta(days=1)
+    models.Conversation.objects.filter(pk=conversation.pk).update(turn_started_at=long_ago)
+    with pytest.raises(ConversationBusyError):
+        runs.start_turn(conversation, "Another message", user=alice)
+    approvals.deny(gated_call(run), user=reviewer)
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    script(text("Hello again"))
+    assert runs.start_turn(conversation, "Another message", user=alice).status == "succeeded"
