@@ -37,6 +37,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from tool_calling import _notify, models
+from tool_calling._lease import Heartbeat
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat._stream import aggregate
 from tool_calling.core.chat.advisors.base import AdvisorChain, ChatClientRequest, ChatClientResponse
@@ -250,10 +251,26 @@ def _release(run_id: uuid.UUID) -> None:
 
 
 def _lease() -> datetime.timedelta:
-    """How long a step may go without renewing its hold: at least one model call's worth."""
-    model = app_settings.CHAT_MODEL
-    seconds = int(model["TIMEOUT"]) * (int(model["MAX_RETRIES"]) + 1) + 30
-    return datetime.timedelta(seconds=max(seconds, int(app_settings.EXECUTION["LEASE_SECONDS"])))
+    """How long a step may go without renewing its hold (a heartbeat renews it as it works)."""
+    return datetime.timedelta(seconds=int(app_settings.EXECUTION["LEASE_SECONDS"]))
+
+
+def _step_heartbeat(run_id: uuid.UUID, step: int) -> Heartbeat:
+    """Renews the step's lease while it works (a model call may take minutes).
+
+    Only a lease the step still holds: once the step lets go (its calls run on workers, and
+    the step after them may start any moment), the heartbeat stops.
+    """
+    lease = _lease()
+
+    def renew() -> bool:
+        return bool(
+            models.Run.objects.filter(pk=run_id, step=step)
+            .exclude(step_lease_expires_at=None)
+            .update(step_lease_expires_at=timezone.now() + lease)
+        )
+
+    return Heartbeat(f"tool-calling-step-{run_id}-{step}", lease, renew)
 
 
 def _claim_step(run_id: uuid.UUID) -> int | None:
@@ -301,6 +318,8 @@ def advance_run(run_id: uuid.UUID | str) -> None:
     step = _claim_step(run_id)
     if step is None:
         return
+    heartbeat = _step_heartbeat(run_id, step)
+    heartbeat.start()
     try:
         _advance(run_id, step)
     except Exception as exc:
@@ -313,6 +332,7 @@ def advance_run(run_id: uuid.UUID | str) -> None:
             ),
         )
     finally:
+        heartbeat.stop()
         models.Run.objects.filter(pk=run_id, step=step).update(step_lease_expires_at=None)
 
 

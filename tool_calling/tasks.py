@@ -25,7 +25,6 @@ import datetime
 import logging
 import os
 import socket
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +37,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without Celery i
         "tool_calling.tasks needs Celery to run tool calls on workers: pip install 'celery[redis]'"
     ) from exc
 
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
 from tool_calling import models
+from tool_calling._lease import Heartbeat
 from tool_calling.approvals import approved_as_recorded
 from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
@@ -276,42 +276,28 @@ def record(claimed: Claim, outcome: CallOutcome, tool_name: str) -> bool:
     return bool(written)
 
 
-class _Heartbeat(threading.Thread):
-    """Renews the lease of a claimed call every third of the lease while the tool runs."""
+def _heartbeat(claimed: Claim) -> Heartbeat:
+    """Renews the claimed call's lease while the tool runs (a lost claim is logged)."""
+    lease = _lease()
 
-    def __init__(self, claim: Claim) -> None:
-        super().__init__(name=f"tool-calling-lease-{claim.execution_id}", daemon=True)
-        self.claim = claim
-        self.stopped = threading.Event()
+    def renew() -> bool:
+        return bool(
+            models.ToolExecution.objects.filter(
+                pk=claimed.execution_id,
+                status=models.ExecutionStatus.RUNNING,
+                attempt=claimed.attempt,
+            ).update(lease_expires_at=timezone.now() + lease)
+        )
 
-    def run(self) -> None:
-        lease = _lease()
-        interval = max(lease.total_seconds() / 3, 0.1)
-        try:
-            while not self.stopped.wait(interval):
-                try:
-                    renewed = models.ToolExecution.objects.filter(
-                        pk=self.claim.execution_id,
-                        status=models.ExecutionStatus.RUNNING,
-                        attempt=self.claim.attempt,
-                    ).update(lease_expires_at=timezone.now() + lease)
-                except Exception:  # a busy database: try again at the next beat
-                    logger.exception("Could not renew the lease of tool call %s", self.claim)
-                    continue
-                if not renewed:
-                    logger.warning(
-                        "Tool call %s: attempt %s lost its claim while the tool runs; its "
-                        "result will be discarded",
-                        self.claim.execution_id,
-                        self.claim.attempt,
-                    )
-                    return
-        finally:
-            connection.close()
+    def lost() -> None:
+        logger.warning(
+            "Tool call %s: attempt %s lost its claim while the tool runs; its result will be "
+            "discarded",
+            claimed.execution_id,
+            claimed.attempt,
+        )
 
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join(5)
+    return Heartbeat(f"tool-calling-lease-{claimed.execution_id}", lease, renew, lost)
 
 
 def _run(claim: Claim) -> tuple[CallOutcome, str]:
@@ -455,7 +441,7 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
         _call_ended(tool_execution_id, report=False)
         return
     _call_started(tool_execution_id)
-    heartbeat = _Heartbeat(claimed)
+    heartbeat = _heartbeat(claimed)
     heartbeat.start()
     try:
         outcome, name = _run(claimed)

@@ -102,3 +102,44 @@ def test_a_run_whose_worker_restarts_between_steps_completes_with_every_message_
     assert models.ToolExecution.objects.filter(run=run).count() == 1
     log = (settings.STATE_DIR / "runs-sleepy.log").read_text().split()
     assert log.count("r2") == 1  # the tool ran once
+
+
+def test_a_run_whose_workers_die_mid_model_call_is_recovered_within_its_short_lease(workers):
+    """The step's lease is renewed by a heartbeat while the model answers, so it can be short
+    (EXECUTION["LEASE_SECONDS"], 3 s here): a step whose worker died is taken over by the
+    sweeper seconds later, not after a whole model call's worth of time (minutes)."""
+    import os
+
+    from tool_calling import tasks
+
+    sync_tools()
+    steps = [{"delay": 6, "text": "lost with the worker"}, {"text": "Recovered"}]
+    with ReplayServer(steps, port=settings.MODEL_PORT) as server:
+        conversation = models.Conversation.objects.create(title="crash mid step")
+        run = runs.start_turn(conversation, "Go")
+        deadline = time.monotonic() + 30
+        while not server.requests:
+            assert time.monotonic() < deadline, "the model was never called"
+            time.sleep(0.05)
+        first = models.Run.objects.get(pk=run.pk).step_lease_expires_at
+        time.sleep(2.5)  # the model is still answering: the heartbeat renewed the lease
+        renewed = models.Run.objects.get(pk=run.pk).step_lease_expires_at
+        assert first is not None and renewed is not None and renewed > first
+        for worker in list(workers):
+            if worker.process.poll() is None:
+                os.killpg(worker.process.pid, signal.SIGKILL)
+                worker.process.wait(10)
+        replacements = [start_worker(index) for index in (11, 12)]
+        workers[:] = replacements + workers
+        wait_ready(*replacements)
+        deadline = time.monotonic() + 60
+        while models.Run.objects.get(pk=run.pk).status not in ("succeeded", "failed"):
+            assert time.monotonic() < deadline, "the run was not taken over"
+            tasks.sweep_tool_executions()
+            time.sleep(0.5)
+        run = finished(run)
+        requests = len(server.requests)
+
+    assert (run.status, run.answer) == ("succeeded", "Recovered")
+    assert requests == 2  # the lost model call, and the one after the takeover
+    assert [role for _, role in transcript(conversation)] == ["user", "assistant"]

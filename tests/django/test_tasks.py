@@ -237,8 +237,8 @@ def test_r5_a_stalled_attempt_cannot_renew_a_lease_it_lost():
     stalled = tasks.claim(call.pk, task_id="t1", worker="w1")
     expire_lease(call)
     assert tasks.claim(call.pk, task_id="t2", worker="w2") == tasks.Claim(call.pk, 2)
-    heartbeat = tasks._Heartbeat(stalled)
     with override_settings(TOOL_CALLING={"EXECUTION": {"LEASE_SECONDS": 1}}):
+        heartbeat = tasks._heartbeat(stalled)
         heartbeat.start()
         heartbeat.join(3)  # it stops by itself at its first beat: the claim is gone
     assert not heartbeat.is_alive()
@@ -251,7 +251,7 @@ def test_the_heartbeat_renews_the_lease_while_the_tool_runs():
     with override_settings(TOOL_CALLING={"EXECUTION": {"LEASE_SECONDS": 1}}):
         claimed = tasks.claim(call.pk, task_id="t1", worker="w1")
         first = reload(call).lease_expires_at
-        heartbeat = tasks._Heartbeat(claimed)
+        heartbeat = tasks._heartbeat(claimed)
         heartbeat.start()
         try:
             threading.Event().wait(0.8)
