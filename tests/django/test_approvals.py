@@ -356,9 +356,7 @@ def test_a_model_repeating_an_approved_call_with_other_arguments_waits_again(
     assert RAN == [("wire_money", ("ACME", 10))]
 
 
-def test_a_run_waiting_longer_than_the_turn_timeout_keeps_its_conversation(
-    alice, reviewer, script
-):
+def test_a_run_waiting_longer_than_the_turn_timeout_keeps_its_conversation(alice, reviewer, script):
     """A stale claim is taken over, but not one an active run holds (it waits for a person)."""
     conversation, run = start(alice, script=script)
     long_ago = timezone.now() - datetime.timedelta(days=1)

@@ -4,15 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tool_calling', '0006_approval_queue'),
+        ("tool_calling", "0006_approval_queue"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='toolexecution',
-            name='approved_arguments_sha256',
-            field=models.CharField(blank=True, editable=False, help_text='The digest of the exact arguments that were approved: a worker runs the call only with those.', max_length=64, verbose_name='approved arguments (SHA-256)'),
+            model_name="toolexecution",
+            name="approved_arguments_sha256",
+            field=models.CharField(
+                blank=True,
+                editable=False,
+                help_text="The digest of the exact arguments that were approved: a worker runs the call only with those.",
+                max_length=64,
+                verbose_name="approved arguments (SHA-256)",
+            ),
         ),
     ]
