@@ -2,7 +2,7 @@
 # Runs the whole example system on this machine: Redis (REDIS_URL, or a local redis-server),
 # the scripted replay model when no OPENAI_API_KEY/OPENAI_BASE_URL is set, migrate (which
 # mirrors the demo tools into the database), a superuser whose login it prints, a Celery worker
-# with beat, and Django's server on http://127.0.0.1:8000 ($PORT). Ctrl-C stops all of it.
+# with beat, and the web server (uvicorn) on http://127.0.0.1:8000 ($PORT). Ctrl-C stops all.
 # Creates .venv from requirements.txt first. Options go to scripts/devserver.py (--help).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
 import threading
 import time
@@ -731,6 +732,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         model=args.model,
         log_requests=not args.quiet,
     )
+    # Stop on SIGINT and SIGTERM even when started from a background job, which inherits
+    # SIGINT ignored (a supervisor such as scripts/devserver.py stops it with SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     server._httpd = server._bind()
     print(_banner(server), flush=True)
     print(f"Listening on {server.base_url}/v1", flush=True)
