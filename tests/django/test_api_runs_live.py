@@ -322,6 +322,7 @@ def test_sse_sends_every_event_then_ends_with_the_run(alice, script):
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/event-stream")
     assert response["Cache-Control"] == "no-cache"
+    assert response.is_async  # under ASGI: the stream waits on the event loop
     assert raw.startswith("retry: ")
     events = parse_sse(raw)
     assert [e["id"] for e in events] == list(range(1, len(events) + 1))
@@ -454,3 +455,28 @@ def test_a_tool_the_user_may_not_use_is_unknown_to_them(alice, script):
     assert "Unknown or unavailable tool(s): live_lookup." in detail
     assert "live_refund" in detail.split("Your tools:")[1]
     assert "live_lookup" not in detail.split("Your tools:")[1]
+
+
+def test_under_wsgi_the_stream_is_served_by_the_requests_thread(alice, staff, script):
+    """A WSGI server cannot stream an async iterator: the view gives it a plain one, live."""
+    import threading
+
+    from django.test import Client
+
+    _, run = start(alice, script=script)
+    call = gated(run)
+    client = Client()
+    client.force_login(alice)
+    response = client.get(url("run-events", run.pk), headers={"Accept": "text/event-stream"})
+    assert response.status_code == 200 and not response.is_async
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.extend(response.streaming_content))
+    reader.start()
+    reader.join(0.5)
+    assert reader.is_alive()  # open while the run waits
+    approvals.approve(call, user=staff)
+    reader.join(20)
+    assert not reader.is_alive()
+    events = parse_sse(b"".join(received).decode())
+    assert [e["event"] for e in events] == kinds(run)
+    assert events[-1]["event"] == "succeeded"

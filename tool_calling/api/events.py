@@ -13,7 +13,8 @@ Otherwise the answer is JSON: ``{"events": [...], "last_event_id": N, "status": 
 
 The view is ``async``: under an ASGI server a stream holds no thread while it waits. It wakes
 up when a step announces a new event on Redis (``_notify.run_event``) and reads the database,
-which stays the record; without Redis it polls every second. Database work runs in the shared
+which stays the record; without Redis it polls every second. Under WSGI (which cannot stream
+an async iterator) the same stream is driven by the request's thread, reading every second. Database work runs in the shared
 thread pool (``thread_sensitive=False``), its connection given back after each read.
 Authentication follows the project's ``REST_FRAMEWORK`` authentication classes, and a run the
 user may not see answers 404, as everywhere in the API.
@@ -24,11 +25,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -139,40 +142,84 @@ def _sse(event: dict[str, Any]) -> str:
     return f"id: {event['sequence']}\nevent: {event['kind']}\ndata: {data}\n\n"
 
 
-async def _stream(run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
-    settings = app_settings.API
-    keepalive = float(settings["SSE_KEEPALIVE_SECONDS"])
+class _Stream:
+    """What an event stream sends, whoever drives it: the event loop (ASGI) or a thread (WSGI)."""
+
+    def __init__(self, run_id: uuid.UUID, after: int, now: float) -> None:
+        settings = app_settings.API
+        self.run_id = run_id
+        self.after = after
+        """The last event sent (or the client's ``Last-Event-ID``)."""
+        self.keepalive = float(settings["SSE_KEEPALIVE_SECONDS"])
+        self.deadline = now + float(settings["SSE_MAX_SECONDS"])
+        self.quiet_since = now
+        self.done = False
+        """Set once the stream must end: the run ended, vanished, or the time is up."""
+
+    @staticmethod
+    def opening() -> str:
+        """How long a client waits before reconnecting after a drop (EventSource's ``retry``)."""
+        return f"retry: {int(_POLL_WITHOUT_REDIS * 2000)}\n\n"
+
+    def feed(self, status: str, events: list[dict[str, Any]], now: float) -> list[str]:
+        """The chunks to send after a read of the run's status and new events."""
+        chunks = []
+        for event in events:
+            chunks.append(_sse(event))
+            self.after = event["sequence"]
+            if event["kind"] in _TERMINAL_KINDS:
+                self.done = True
+                return chunks
+        if events:
+            self.quiet_since = now
+        if status in models.RUN_TERMINAL_STATUSES or not status or now >= self.deadline:
+            # Ended (its last event went out earlier), deleted, or open long enough.
+            self.done = True
+        elif now - self.quiet_since >= self.keepalive:
+            chunks.append(": keep-alive\n\n")
+            self.quiet_since = now
+        return chunks
+
+    def wait_seconds(self, now: float) -> float:
+        """How long to wait for news before reading again (the next keep-alive at most)."""
+        until_keepalive = self.keepalive - (now - self.quiet_since)
+        return max(0.05, min(until_keepalive, self.deadline - now))
+
+
+async def _stream_async(run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
+    """Under ASGI: waits on the event loop (a Redis announcement or a timer), no thread held."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + float(settings["SSE_MAX_SECONDS"])
+    stream = _Stream(run_id, after, loop.time())
     subscription = _notify.RunEventSubscription(run_id)
     try:
         # Subscribe before the first read: an event stored in between is announced, not lost.
         await subscription.open()
-        yield f"retry: {int(_POLL_WITHOUT_REDIS * 2000)}\n\n"
-        quiet_since = loop.time()
+        yield stream.opening()
         while True:
-            status, events = await _db(functools.partial(_read, run_id, after))
-            for event in events:
-                yield _sse(event)
-                after = event["sequence"]
-                if event["kind"] in _TERMINAL_KINDS:
-                    return
-            if events:
-                quiet_since = loop.time()
-            if status in models.RUN_TERMINAL_STATUSES or not status:
-                return  # ended (its last event was sent earlier) or deleted
-            now = loop.time()
-            if now >= deadline:
+            status, events = await _db(functools.partial(_read, run_id, stream.after))
+            for chunk in stream.feed(status, events, loop.time()):
+                yield chunk
+            if stream.done:
                 return
-            if now - quiet_since >= keepalive:
-                yield ": keep-alive\n\n"
-                quiet_since = now
-            until_keepalive = keepalive - (now - quiet_since)
-            await subscription.wait(
-                max(0.05, min(until_keepalive, deadline - now)), _POLL_WITHOUT_REDIS
-            )
+            await subscription.wait(stream.wait_seconds(loop.time()), _POLL_WITHOUT_REDIS)
     finally:
         await subscription.close()
+
+
+def _stream_sync(run_id: uuid.UUID, after: int) -> Iterator[str]:
+    """Under WSGI: the same stream, read every second by the request's thread.
+
+    A WSGI server cannot stream an async iterator (Django would buffer the whole stream), so a
+    WSGI deployment pays one thread per open stream; serve the project with ASGI to avoid it.
+    """
+    stream = _Stream(run_id, after, time.monotonic())
+    yield stream.opening()
+    while True:
+        status, events = _read(run_id, stream.after)
+        yield from stream.feed(status, events, time.monotonic())
+        if stream.done:
+            return
+        time.sleep(min(stream.wait_seconds(time.monotonic()), _POLL_WITHOUT_REDIS))
 
 
 def _wants_stream(request: HttpRequest) -> bool:
@@ -198,8 +245,9 @@ async def run_events(request: HttpRequest, pk: uuid.UUID) -> HttpResponseBase:
             status=400,
         )
     if _wants_stream(request):
+        under_asgi = isinstance(request, ASGIRequest)
         return StreamingHttpResponse(
-            _stream(run_id, after),
+            _stream_async(run_id, after) if under_asgi else _stream_sync(run_id, after),
             content_type="text/event-stream; charset=utf-8",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
