@@ -442,6 +442,10 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             _batch_executor.reset(routed)
             _assistant_message_id.reset(token)
 
+    def on_limit_exceeded(self, tool_call: ToolCall, response_text: str) -> None:
+        """Audit a call refused by a call limit as refused (it never ran)."""
+        self.on_unavailable_tool(tool_call, response_text)
+
     def on_unavailable_tool(self, tool_call: ToolCall, response_text: str) -> None:
         """Audit a call of a tool the request did not offer as refused."""
         now = timezone.now()

@@ -469,3 +469,32 @@ def test_limits_come_from_the_core_settings_when_not_given() -> None:
     assert texts(result) == ["a ok", per_tool_text("a", 1)]
     explicit = DefaultToolCallingManager(limits=ToolCallLimits(max_calls_per_tool=5))
     assert texts(run(explicit, [recorder.tool("a")], call("a"), call("a"))) == ["a ok", "a ok"]
+
+
+class AuditingManager(DefaultToolCallingManager):
+    """Records what ``on_limit_exceeded`` is told (the Django layer audits it)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.refused: list[tuple[str, str]] = []
+
+    def on_limit_exceeded(self, tool_call: ToolCall, response_text: str) -> None:
+        self.refused.append((tool_call.id, response_text))
+
+
+@pytest.mark.parametrize("behavior", [RETURN, THROW])
+def test_each_refused_call_reaches_the_on_limit_exceeded_hook(behavior: Any) -> None:
+    recorder = Recorder()
+    manager = AuditingManager(
+        limits=ToolCallLimits(max_calls_per_tool=1, on_limit_exceeded=behavior)
+    )
+    calls = [call("a", id="1"), call("a", id="2"), call("a", id="3")]
+    try:
+        run(manager, [recorder.tool("a")], *calls)
+    except ToolCallLimitExceededException:
+        assert behavior is THROW
+    expected = [("2", per_tool_text("a", 1))]
+    if behavior is RETURN:
+        expected.append(("3", per_tool_text("a", 1)))  # THROW stops at the first breach
+    assert manager.refused == expected
+    assert recorder.ran == ["a"]

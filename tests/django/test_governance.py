@@ -389,6 +389,12 @@ def test_limit_overrides_and_exclusions_apply_on_the_next_turn(governed, convers
     assert turn(model, governed, conversation=conversation) == "Done"
     assert RAN == [("lookup", "Oslo")]
     assert last_responses(model, 2) == [ToolResponse("call_2", "lookup", breach(1), True)]
+    # The refused calls are in the audit, with the text the model got.
+    refused = models.ToolExecution.objects.filter(status="refused").order_by("pk")
+    assert [(e.tool_call_id, e.result) for e in refused] == [
+        ("call_2", breach(1)),
+        ("call_3", breach(1)),
+    ]
 
     # The operator raises the limit to two: the next turn sees it, nothing restarts.
     override = models.ToolLimitOverride.objects.create(
@@ -430,12 +436,19 @@ def test_an_excluded_tool_still_counts_toward_the_total_and_throw_ends_the_turn(
     assert [city for _, city in RAN] == ["Oslo", "Bergen"]
     assert model.remaining_steps == 1  # the model was not called again
     # Every step is stored: the breaching call is answered with the breach text, and the
-    # answer the user got closes the turn. The breaching call has no audit row (it never ran).
+    # answer the user got closes the turn. The breaching call is audited as refused (it never
+    # ran), with the breach text.
     roles = [m.role for m in stored(conversation)]
     assert roles == ["user"] + ["assistant", "tool"] * 3 + ["assistant"]
     assert stored(conversation)[-2].responses[-1].response_data == total
     assert stored(conversation)[-1] == AssistantMessage(total)
-    assert models.ToolExecution.objects.count() == 2
+    audit = models.ToolExecution.objects.order_by("pk")
+    assert [(e.status, e.is_error) for e in audit] == [
+        ("succeeded", False),
+        ("succeeded", False),
+        ("refused", True),
+    ]
+    assert audit.last().result == total and audit.last().started_at is not None
 
 
 @override_settings(TOOL_CALLING={"LIMITS": {"MAX_TOTAL_TOOL_CALLS": 1}})

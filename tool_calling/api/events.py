@@ -14,8 +14,9 @@ Otherwise the answer is JSON: ``{"events": [...], "last_event_id": N, "status": 
 The view is ``async``: under an ASGI server a stream holds no thread while it waits. It wakes
 up when a step announces a new event on Redis (``_notify.run_event``) and reads the database,
 which stays the record; without Redis it polls every second. Under WSGI (which cannot stream
-an async iterator) the same stream is driven by the request's thread, reading every second. Database work runs in the shared
-thread pool (``thread_sensitive=False``), its connection given back after each read.
+an async iterator) the same stream is driven by the request's thread, reading every second.
+Database work runs in the shared thread pool (``thread_sensitive=False``), its connection given
+back after each read.
 Authentication follows the project's ``REST_FRAMEWORK`` authentication classes, and a run the
 user may not see answers 404, as everywhere in the API.
 """

@@ -320,6 +320,7 @@ class DefaultToolCallingManager(ToolCallingManager):
             if counter is not None:
                 exceeded = counter.add(call.name)
                 if exceeded is not None:
+                    self.on_limit_exceeded(call, breach_text(*exceeded))
                     if limits.on_limit_exceeded is ToolCallLimitBehavior.THROW:
                         breach = (index, *exceeded)
                         break
@@ -429,6 +430,13 @@ class DefaultToolCallingManager(ToolCallingManager):
 
     def on_unavailable_tool(self, tool_call: ToolCall, response_text: str) -> None:
         """Called when the model names a tool the request does not offer (default: nothing)."""
+
+    def on_limit_exceeded(self, tool_call: ToolCall, response_text: str) -> None:
+        """Called for a call a limit refuses, with the breach text (default: nothing).
+
+        Called before the call is answered (``RETURN_ERROR_RESPONSE``) or the turn ends
+        (``THROW``).
+        """
 
     def _invoke(
         self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext
