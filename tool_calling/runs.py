@@ -428,7 +428,12 @@ def _model_round(state: _Step, last: models.Message) -> None:
     _event(
         run.pk,
         "model_message",
-        {"message": stored.sequence, "tool_calls": len(stored.tool_calls)},
+        {
+            "message": stored.sequence,
+            "tool_calls": len(stored.tool_calls),
+            # Token counts as the model reported them (None when it did not).
+            "usage": response.metadata.get("usage") if response is not None else None,
+        },
     )
 
 

@@ -154,6 +154,8 @@ def test_events_are_ordered_and_timestamped(alice, script):
         "model_message",
         "succeeded",
     ]
+    messages = [e.data for e in events if e.kind == "model_message"]
+    assert all(m["usage"]["total_tokens"] > 0 for m in messages)
     deltas = [e.data for e in events if e.kind == "text_delta"]
     assert "".join(d["text"] for d in deltas) == "Done"
     assert {d["round"] for d in deltas} == {2}
