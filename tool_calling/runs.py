@@ -734,24 +734,14 @@ def _wake(run_id: uuid.UUID, message_id: int) -> bool:
     return bool(woken)
 
 
-def tool_call_started(execution_id: int) -> None:
-    """Record a ``tool_call_started`` event when call ``execution_id`` belongs to a run."""
-    row = (
-        models.ToolExecution.objects.filter(pk=execution_id)
-        .values("run_id", "tool_call_id", "tool_name", "attempt")
-        .first()
-    )
-    if row is None or row["run_id"] is None:
-        return
+def tool_call_started(
+    execution_id: int, *, run_id: uuid.UUID, tool_call_id: str, tool: str, attempt: int
+) -> None:
+    """Record the ``tool_call_started`` event of call ``execution_id`` of run ``run_id``."""
     _event(
-        row["run_id"],
+        run_id,
         "tool_call_started",
-        {
-            "execution": execution_id,
-            "tool_call_id": row["tool_call_id"],
-            "tool": row["tool_name"],
-            "attempt": row["attempt"],
-        },
+        {"execution": execution_id, "tool_call_id": tool_call_id, "tool": tool, "attempt": attempt},
     )
 
 

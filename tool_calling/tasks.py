@@ -25,7 +25,7 @@ import datetime
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 try:
@@ -76,7 +76,17 @@ UNKNOWN_OUTCOME_TEXT = (
 _SWEEP_BATCH = 500
 """Rows the sweeper handles per kind and run; the next run takes the rest."""
 
-_FIELDS = ("id", "tool_name", "status", "attempt", "lease_expires_at", "idempotent", "timeout")
+_FIELDS = (
+    "id",
+    "tool_name",
+    "status",
+    "attempt",
+    "lease_expires_at",
+    "idempotent",
+    "timeout",
+    "run_id",
+    "tool_call_id",
+)
 
 
 def _execution_settings() -> dict[str, Any]:
@@ -156,6 +166,8 @@ class Claim:
     """The ``ToolExecution`` row."""
     attempt: int
     """The attempt number this claim made (``ToolExecution.attempt``)."""
+    started: dict[str, Any] | None = field(default=None, compare=False)
+    """For a call of a durable run: what its ``tool_call_started`` event says."""
 
 
 def _settle_lost(row: dict[str, Any], now: datetime.datetime) -> bool:
@@ -249,7 +261,15 @@ def claim(execution_id: int, *, task_id: str, worker: str) -> Claim | None:
                     row["tool_name"],
                     attempt,
                 )
-            return Claim(execution_id, attempt)
+            started = None
+            if row["run_id"] is not None:
+                started = {
+                    "run_id": row["run_id"],
+                    "tool_call_id": row["tool_call_id"],
+                    "tool": row["tool_name"],
+                    "attempt": attempt,
+                }
+            return Claim(execution_id, attempt, started)
     return None
 
 
@@ -440,7 +460,8 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
     if claimed is None:
         _call_ended(tool_execution_id, report=False)
         return
-    _call_started(tool_execution_id)
+    if claimed.started is not None:
+        _call_started(tool_execution_id, claimed.started)
     heartbeat = _heartbeat(claimed)
     heartbeat.start()
     try:
@@ -458,12 +479,12 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
         raise failure
 
 
-def _call_started(execution_id: int) -> None:
+def _call_started(execution_id: int, started: dict[str, Any]) -> None:
     """Report the start in the durable run's events (best effort: the row is the record)."""
     from tool_calling.runs import tool_call_started
 
     try:
-        tool_call_started(execution_id)
+        tool_call_started(execution_id, **started)
     except Exception:
         logger.exception("Could not record the start of tool call %s", execution_id)
 
