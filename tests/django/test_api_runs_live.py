@@ -480,3 +480,22 @@ def test_under_wsgi_the_stream_is_served_by_the_requests_thread(alice, staff, sc
     events = parse_sse(b"".join(received).decode())
     assert [e["event"] for e in events] == kinds(run)
     assert events[-1]["event"] == "succeeded"
+
+
+@override_settings(CELERY_BROKER_URL="redis://127.0.0.1:9/0")  # nothing listens there
+def test_with_redis_down_streams_fall_back_to_reading_the_database(alice, staff, script):
+    """Announcements cannot be published or heard: the stream still delivers every event."""
+    _, run = start(alice, script=script)
+    call = gated(run)
+    client = logged_in_async(alice)
+
+    async def scenario():
+        reader = asyncio.ensure_future(read_stream(client, url("run-events", run.pk)))
+        await asyncio.sleep(0.5)
+        await sync_to_async(approvals.approve, thread_sensitive=False)(call, user=staff)
+        return await asyncio.wait_for(reader, timeout=20)
+
+    _, raw = asyncio.run(scenario())
+    events = parse_sse(raw)
+    assert [e["event"] for e in events] == kinds(run)
+    assert events[-1]["event"] == "succeeded"

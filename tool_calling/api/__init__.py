@@ -14,11 +14,19 @@ Endpoints (README.md, "HTTP API", walks through them with curl):
     POST   conversations/{id}/messages/    start a turn: 202 with the run; ?wait=N waits
     GET    runs/                           the user's runs (paginated, ?status=...)
     GET    runs/{id}/                      one run: status, events, answer, tool calls
+    GET    runs/{id}/events/               its events: SSE (Last-Event-ID) or JSON (?after=N)
     POST   runs/{id}/cancel/               ask a run to stop
+    POST   runs/{id}/retry/                queue a failed run again
+    GET    tool-executions/                tool calls (?status=awaiting_approval: the queue)
+    GET    tool-executions/{id}/           one call and its approval state
+    POST   tool-executions/{id}/approve/   approve a waiting call (edited "arguments" optional)
+    POST   tool-executions/{id}/deny/      deny it with a "reason" the model reads
 
 Every view requires an authenticated user (whatever the project's DRF defaults) and scopes
 its queryset to the user's own objects, so another user's conversation or run answers 404;
-staff read everything. Authentication classes come from the project's ``REST_FRAMEWORK``
+staff read everything. Approving and denying take staff or the permission
+``tool_calling.approve_toolexecution``. The event stream is an async view: serve the project
+with ASGI and ``tool_calling.asgi.get_asgi_application()`` so open streams hold no thread. Authentication classes come from the project's ``REST_FRAMEWORK``
 settings; session-authenticated unsafe requests need the CSRF token. Turn creation is throttled
 with the ``ScopedRateThrottle`` scope ``tool_calling_turns`` (its rate in
 ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``).
