@@ -25,10 +25,11 @@ Endpoints (README.md, "HTTP API", walks through them with curl):
 Every view requires an authenticated user (whatever the project's DRF defaults) and scopes
 its queryset to the user's own objects, so another user's conversation or run answers 404;
 staff read everything. Approving and denying take staff or the permission
-``tool_calling.approve_toolexecution``. The event stream is an async view: serve the project
-with ASGI and ``tool_calling.asgi.get_asgi_application()`` so open streams hold no thread. Authentication classes come from the project's ``REST_FRAMEWORK``
-settings; session-authenticated unsafe requests need the CSRF token. Turn creation is throttled
-with the ``ScopedRateThrottle`` scope ``tool_calling_turns`` (its rate in
+``tool_calling.approve_toolexecution``. Authentication classes come from the project's
+``REST_FRAMEWORK`` settings; session-authenticated unsafe requests need the CSRF token. The
+event stream is an async view: serve the project with ASGI and
+``tool_calling.asgi.get_asgi_application()`` so open streams hold no thread. Turn creation is
+throttled with the ``ScopedRateThrottle`` scope ``tool_calling_turns`` (its rate in
 ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``).
 
 This package imports Django REST framework: it is not part of the pure-Python core.
