@@ -18,9 +18,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.django._api import client_for, url
+from tests.django._tools import registered
 from tool_calling import approvals, models, tasks, tool
-from tool_calling.registry import registry
-from tool_calling.sync import sync_tools
 from tool_calling.testing import text, tool_call, tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,13 +52,8 @@ GATED = (
 @pytest.fixture(autouse=True)
 def live_tools():
     RAN.clear()
-    registry.register(*TOOLS, source="tests")
-    sync_tools()
-    try:
+    with registered(*TOOLS):
         yield
-    finally:
-        for callback in TOOLS:
-            registry.unregister(callback.__name__)
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ from django.contrib.auth.models import Permission, User
 from django.test import override_settings
 from django.utils import timezone
 
+from tests.django._tools import registered
 from tool_calling import approvals, models, runs, tasks, tool
 from tool_calling.exceptions import ToolArgumentsError
 from tool_calling.governance import ConversationBusyError, governed_chat_client
-from tool_calling.registry import registry
 from tool_calling.sync import sync_tools
 from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
 
@@ -56,13 +56,8 @@ GATED_ROUND = (
 @pytest.fixture(autouse=True)
 def gated_tools():
     RAN.clear()
-    registry.register(*TOOLS, source="tests")
-    sync_tools()
-    try:
+    with registered(*TOOLS):
         yield
-    finally:
-        for callback in TOOLS:
-            registry.unregister(callback.__name__)
 
 
 @pytest.fixture

@@ -14,10 +14,9 @@ from django.db import transaction
 from django.test import override_settings
 from kombu.exceptions import OperationalError
 
+from tests.django._tools import registered
 from tool_calling import models, runs, tasks, tool
 from tool_calling.governance import ConversationBusyError, governed_chat_client
-from tool_calling.registry import registry
-from tool_calling.sync import sync_tools
 from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,13 +52,8 @@ TOOLS = (counted, direct, explode)
 @pytest.fixture(autouse=True)
 def worker_tools():
     RAN.clear()
-    registry.register(*TOOLS, source="tests")
-    sync_tools()
-    try:
+    with registered(*TOOLS):
         yield
-    finally:
-        for callback in TOOLS:
-            registry.unregister(callback.__name__)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
+from tests.django._tools import registered
 from tool_calling import ToolContext, models, tasks, tool
 from tool_calling.core.chat.messages import ToolResponse, ToolResponseMessage
 from tool_calling.exceptions import (
@@ -40,7 +41,6 @@ from tool_calling.execution import (
 )
 from tool_calling.governance import ToolNotAvailableError, governed_chat_client
 from tool_calling.registry import registry
-from tool_calling.sync import sync_tools
 from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
 
 pytestmark = pytest.mark.django_db
@@ -112,13 +112,8 @@ def mask(text, *, tool_name, field):
 def worker_tools():
     """The tools above in the project registry (which workers resolve names in), with rows."""
     RAN.clear()
-    registry.register(*TOOLS, source="tests")
-    sync_tools()
-    try:
+    with registered(*TOOLS):
         yield
-    finally:
-        for callback in TOOLS:
-            registry.unregister(callback.__name__)
 
 
 def turn(model, *, user=None, conversation=None):
