@@ -1061,16 +1061,32 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
         text: _ActionText,
     ) -> None:
         """Apply ``decide`` to each call, log each decision, and report done and skipped."""
-        done, skipped = 0, gone
+        done, skipped, forbidden = 0, gone, 0
         for row in rows:
             try:
                 decide(row)
+            except approvals.ApprovalForbiddenError:
+                forbidden += 1
+                continue
             except (approvals.ApprovalStateError, models.ToolExecution.DoesNotExist):
                 skipped += 1
                 continue
             self._log(request, row.pk, text.log)
             done += 1
         self._report(request, text, done, skipped)
+        if forbidden:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d call was made in your own turn and was left waiting: another "
+                    "person must approve it (APPROVALS['ALLOW_SELF_APPROVAL'] is off).",
+                    "%(count)d calls were made in your own turns and were left waiting: another "
+                    "person must approve them (APPROVALS['ALLOW_SELF_APPROVAL'] is off).",
+                    forbidden,
+                )
+                % {"count": forbidden},
+                messages.WARNING,
+            )
 
     def _report(self, request: HttpRequest, text: _ActionText, done: int, skipped: int) -> None:
         parts = []

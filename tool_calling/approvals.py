@@ -30,6 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tool_calling import models
+from tool_calling.conf import settings as app_settings
 from tool_calling.core.tools.callback import FunctionToolCallback
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 from tool_calling.governance import audit_text
@@ -37,6 +38,7 @@ from tool_calling.registry import registry
 
 __all__ = [
     "APPROVE_PERMISSION",
+    "ApprovalForbiddenError",
     "ApprovalStateError",
     "approve",
     "can_decide",
@@ -62,6 +64,17 @@ class ApprovalStateError(ToolCallingError):
         super().__init__(
             f"Tool call {execution.pk} ({execution.tool_name!r}) is not awaiting approval "
             f"(status {execution.status!r}, approval {execution.approval or 'not required'!r})."
+        )
+        self.execution = execution
+
+
+class ApprovalForbiddenError(ToolCallingError):
+    """This user may not approve this call: it is their own, and self-approval is off."""
+
+    def __init__(self, execution: models.ToolExecution) -> None:
+        super().__init__(
+            f"Tool call {execution.pk} ({execution.tool_name!r}) was made in your own turn, and "
+            "APPROVALS['ALLOW_SELF_APPROVAL'] is off: another person must approve it."
         )
         self.execution = execution
 
@@ -179,12 +192,20 @@ def approve(
     Raises:
         ApprovalStateError: the call is not waiting for approval (decided meanwhile, or its
             approval expired: it is denied as expired then, as the sweeper would).
+        ApprovalForbiddenError: ``user`` made the call and ``APPROVALS["ALLOW_SELF_APPROVAL"]``
+            is off (denying one's own call is always allowed).
         ToolArgumentsError: the edited arguments fail the schema (nothing changed).
     """
     from tool_calling.runs import approvals_decided, record_approval_event
     from tool_calling.tasks import dispatch_on_commit
 
     name = execution.tool_name
+    if (
+        not app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]
+        and execution.user_id is not None
+        and execution.user_id == getattr(user, "pk", None)
+    ):
+        raise ApprovalForbiddenError(execution)
     now = timezone.now()
     fields: dict[str, Any] = {
         "status": models.ExecutionStatus.PENDING,

@@ -216,11 +216,26 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
 
 def _check_flags(values: Mapping[str, Any]) -> list[CheckMessage]:
     # A string such as "False" is truthy: NEW_TOOLS_ENABLED = "False" would enable every tool.
-    return [
-        Error(f"The value of '{_path(key)}' must be True or False.", id="tool_calling.E008")
-        for key, default in DEFAULTS.items()
-        if isinstance(default, bool) and not isinstance(values[key], bool)
+    flags: list[tuple[str, ...]] = [
+        (key,) for key, default in DEFAULTS.items() if isinstance(default, bool)
     ]
+    flags += [
+        (key, inner)
+        for key, default in DEFAULTS.items()
+        if isinstance(default, dict)
+        for inner, value in default.items()
+        if isinstance(value, bool)
+    ]
+    errors: list[CheckMessage] = []
+    for path in flags:
+        value = values[path[0]] if len(path) == 1 else values[path[0]][path[1]]
+        if not isinstance(value, bool):
+            errors.append(
+                Error(
+                    f"The value of '{_path(*path)}' must be True or False.", id="tool_calling.E008"
+                )
+            )
+    return errors
 
 
 def _closest_import_path(path: str) -> str | None:

@@ -711,3 +711,18 @@ def test_audit_shows_the_approval_fields_read_only_and_filters_by_decision(
         .context["cl"]
         .result_list
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_approve_action_leaves_ones_own_calls_waiting_when_self_approval_is_off(
+    admin_client: Any, admin_user: Any, gated_tool: None
+) -> None:
+    with scripted_model(*ONE_TRANSFER):
+        run = start_gated_run(admin_user)
+        [call] = gated_calls(run)
+        with override_settings(TOOL_CALLING={"APPROVALS": {"ALLOW_SELF_APPROVAL": False}}):
+            response = run_action(admin_client, "approve_selected", [call])
+    assert any("another person must approve" in m for m in page_messages(response))
+    call.refresh_from_db()
+    assert (call.status, call.approval) == ("awaiting_approval", "pending")
+    assert RAN == []

@@ -493,3 +493,29 @@ def test_with_redis_down_streams_fall_back_to_reading_the_database(alice, staff,
     events = parse_sse(raw)
     assert [e["event"] for e in events] == kinds(run)
     assert events[-1]["event"] == "succeeded"
+
+
+def test_self_approval_can_be_turned_off(alice, script):
+    """Four eyes: with ALLOW_SELF_APPROVAL off, a call of your own turn is not yours to approve."""
+    alice.is_staff = True
+    alice.save()
+    _, run = start(alice, script=script)
+    call = gated(run)
+    with override_settings(TOOL_CALLING={"APPROVALS": {"ALLOW_SELF_APPROVAL": False}}):
+        refused = client_for(alice).post(url("tool-execution-approve", call.pk), {}, format="json")
+        assert refused.status_code == 403
+        assert "another person must approve it" in str(refused.data["detail"])
+        assert gated(run).status == "awaiting_approval"
+        # Denying one's own call stays allowed.
+        denied = client_for(alice).post(url("tool-execution-deny", call.pk), {}, format="json")
+        assert denied.status_code == 200
+
+
+def test_self_approval_is_allowed_by_default(alice, script):
+    alice.is_staff = True
+    alice.save()
+    _, run = start(alice, script=script)
+    response = client_for(alice).post(
+        url("tool-execution-approve", gated(run).pk), {}, format="json"
+    )
+    assert response.status_code == 200

@@ -538,3 +538,13 @@ def test_e009_does_not_crash_the_other_checks():
     """Reading the settings for the other checks never imports the bad path."""
     ids = [e.id for e in run({"AUDIT_REDACTOR": "nope.nope", "AUDIT_MAX_CHARS": 0})]
     assert ids == ["tool_calling.E003", "tool_calling.E009"]
+
+
+def test_e008_applies_to_flags_inside_dict_settings():
+    assert run({"APPROVALS": {"ALLOW_SELF_APPROVAL": "no"}}) == [
+        Error(
+            """The value of 'TOOL_CALLING["APPROVALS"]["ALLOW_SELF_APPROVAL"]' must be True or """
+            "False.",
+            id="tool_calling.E008",
+        )
+    ]

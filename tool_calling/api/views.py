@@ -21,7 +21,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -621,6 +621,8 @@ class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
             )
         except ToolArgumentsError as exc:
             raise ValidationError({"arguments": [str(exc)]}) from exc
+        except approvals.ApprovalForbiddenError as exc:
+            raise PermissionDenied(str(exc)) from exc
         except approvals.ApprovalStateError as exc:
             raise NotAwaitingApproval(str(exc)) from exc
         except ToolCallingError as exc:
