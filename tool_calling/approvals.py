@@ -29,12 +29,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tool_calling import models
+from tool_calling import models, signals
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.tools.callback import FunctionToolCallback
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 from tool_calling.governance import audit_text
 from tool_calling.registry import registry
+from tool_calling.signals import send_on_commit
 
 __all__ = [
     "APPROVE_PERMISSION",
@@ -249,6 +250,10 @@ def approve(
         if row.run_id is not None:
             approvals_decided(row.run_id)
             record_approval_event(row.pk, "approved", user=user, edited=edited)
+        decided = _decided(row.pk)
+        send_on_commit(
+            signals.approval_decided, models.ToolExecution, execution=decided, decision="approved"
+        )
     logger.info(
         "Tool call %s (%r) approved by %s%s",
         row.pk,
@@ -256,7 +261,7 @@ def approve(
         getattr(user, "pk", None),
         " with edited arguments" if edited else "",
     )
-    return _decided(row.pk)
+    return decided
 
 
 def deny(execution: models.ToolExecution, *, user: Any, reason: str = "") -> models.ToolExecution:
@@ -313,13 +318,16 @@ def _deny(
         )
         if not denied:
             return None
+        decision = "expired" if expired else "denied"
         if row["run_id"] is not None:
             approvals_decided(row["run_id"])
-            record_approval_event(
-                execution_id, "expired" if expired else "denied", user=user, reason=reason
-            )
+            record_approval_event(execution_id, decision, user=user, reason=reason)
             tool_call_finished(execution_id)
-    return _decided(execution_id)
+        decided = _decided(execution_id)
+        send_on_commit(
+            signals.approval_decided, models.ToolExecution, execution=decided, decision=decision
+        )
+    return decided
 
 
 def deny_pending_for_run(run_id: Any, *, user: Any = None, reason: str) -> int:

@@ -36,7 +36,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tool_calling import _notify, models
+from tool_calling import _notify, models, signals
 from tool_calling._lease import Heartbeat
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat._stream import aggregate
@@ -76,6 +76,7 @@ from tool_calling.governance import (
     renew_conversation_claim,
 )
 from tool_calling.repositories import DjangoChatMemoryRepository, message_from_row
+from tool_calling.signals import send_on_commit
 
 __all__ = [
     "RunQueueError",
@@ -557,7 +558,11 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                 models.Run.objects.filter(pk=run.pk, status=models.RunStatus.RUNNING).update(
                     status=models.RunStatus.AWAITING_APPROVAL
                 )
+                run.status = models.RunStatus.AWAITING_APPROVAL  # as receivers will see it
                 for row in gated:
+                    send_on_commit(
+                        signals.approval_requested, models.ToolExecution, execution=row, run=run
+                    )
                     _event(
                         run.pk,
                         "approval_needed",

@@ -363,3 +363,33 @@ def test_a_run_waiting_longer_than_the_turn_timeout_keeps_its_conversation(alice
     assert run.status == "succeeded"
     script(text("Hello again"))
     assert runs.start_turn(conversation, "Another message", user=alice).status == "succeeded"
+
+
+def test_signals_tell_the_project_when_a_call_waits_and_when_it_is_decided(alice, reviewer, script):
+    from tool_calling import signals
+
+    received = []
+
+    def requested(sender, execution, run, **kwargs):
+        received.append(("requested", execution.status, run.status, execution.tool_name))
+
+    def decided(sender, execution, decision, **kwargs):
+        received.append(("decided", decision, execution.decided_by))
+
+    def broken(sender, **kwargs):
+        raise RuntimeError("a receiver that fails must not undo anything")
+
+    signals.approval_requested.connect(requested)
+    signals.approval_requested.connect(broken)
+    signals.approval_decided.connect(decided)
+    try:
+        _, run = start(alice, script=script)
+        assert received == [("requested", "awaiting_approval", "awaiting_approval", "wire_money")]
+        approvals.deny(gated_call(run), user=reviewer, reason="No")
+    finally:
+        signals.approval_requested.disconnect(requested)
+        signals.approval_requested.disconnect(broken)
+        signals.approval_decided.disconnect(decided)
+    assert received[-1] == ("decided", "denied", reviewer)
+    run.refresh_from_db()
+    assert run.status == "succeeded"
