@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import Group
 from django.db.models import Q
 
 from tool_calling import models
@@ -41,11 +42,14 @@ def approval_required(name: str, user: Any = None) -> bool | None:
     the tool since the turn's snapshot).
     """
     tools = models.Tool.objects.filter(name=name, enabled=True, missing=False)
-    group_ids = _group_ids(user)
-    if group_ids is not None:
-        tools = tools.filter(Q(allowed_groups__isnull=True) | Q(allowed_groups__in=group_ids))
-    found = tools.values_list("requires_approval", flat=True).first()
-    return None if found is None else bool(found)
+    if user is None or not getattr(user, "is_authenticated", False):
+        tools = tools.filter(allowed_groups__isnull=True)
+    elif not getattr(user, "is_superuser", False):
+        # The user's groups as a subquery: one round trip, however many groups.
+        groups = Group.objects.filter(user=user.pk).values("pk")
+        tools = tools.filter(Q(allowed_groups__isnull=True) | Q(allowed_groups__in=groups))
+    found = list(tools.values_list("requires_approval", flat=True)[:1])
+    return None if not found else bool(found[0])
 
 
 def is_available_to(name: str, user: Any = None) -> bool:

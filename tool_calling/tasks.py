@@ -469,7 +469,7 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
     finally:
         heartbeat.stop()
     record(claimed, outcome, name)
-    _call_ended(tool_execution_id)
+    _call_ended(tool_execution_id, in_run=claimed.started is not None)
     failure = outcome.exception
     if isinstance(failure, ToolExecutionException):
         failure = failure.cause
@@ -489,12 +489,17 @@ def _call_started(execution_id: int, started: dict[str, Any]) -> None:
         logger.exception("Could not record the start of tool call %s", execution_id)
 
 
-def _call_ended(execution_id: int, *, report: bool = True) -> None:
-    """A call ended: wake callers waiting in-process, and queue a durable run's next step."""
+def _call_ended(execution_id: int, *, report: bool = True, in_run: bool | None = None) -> None:
+    """A call ended: wake callers waiting in-process, and queue a durable run's next step.
+
+    ``in_run`` says whether the call belongs to a durable run, when the caller knows.
+    """
     from tool_calling import _notify
     from tool_calling.runs import tool_call_finished
 
     _notify.call_ended(execution_id)
+    if in_run is False:
+        return
     try:
         tool_call_finished(execution_id, report=report)
     except Exception:  # the sweeper queues the step later
