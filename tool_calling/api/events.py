@@ -113,20 +113,35 @@ def _after(request: HttpRequest) -> int | None:
     return value if value >= 0 else None
 
 
-def _read(run_id: uuid.UUID, after: int) -> tuple[str, list[dict[str, Any]]]:
-    """The run's status, then its events after ``after``.
-
-    In this order: a run's last event is stored in the transaction that ends it, so a status
-    read as ended means its last event is among those read next.
-    """
-    status = models.Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
-    events: list[dict[str, Any]] = [
+def _events_after(run_id: uuid.UUID, after: int) -> list[dict[str, Any]]:
+    return [
         dict(row)
         for row in models.RunEvent.objects.filter(run_id=run_id, sequence__gt=after)
         .order_by("sequence")
         .values("sequence", "kind", "data", "created_at")
     ]
-    return status or "", events
+
+
+_DELETED = "deleted"
+"""The status of a run that is gone."""
+
+
+def _read(
+    run_id: uuid.UUID, after: int, *, always_status: bool = True
+) -> tuple[str, list[dict[str, Any]]]:
+    """The run's status and its events after ``after``.
+
+    The status is read first: a run's last event is stored in the transaction that ends it, so
+    a status read as ended means its last event is among those read next. A stream needs the
+    status only when nothing is new (did the run end before it started, or vanish?); with
+    ``always_status=False`` a read that finds events skips it and returns ``""``.
+    """
+    if not always_status:
+        events = _events_after(run_id, after)
+        if events:
+            return "", events
+    status = models.Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    return status or _DELETED, _events_after(run_id, after)
 
 
 def _as_json(event: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +188,7 @@ class _Stream:
                 return chunks
         if events:
             self.quiet_since = now
-        if status in models.RUN_TERMINAL_STATUSES or not status or now >= self.deadline:
+        if status in models.RUN_TERMINAL_STATUSES or status == _DELETED or now >= self.deadline:
             # Ended (its last event went out earlier), deleted, or open long enough.
             self.done = True
         elif now - self.quiet_since >= self.keepalive:
@@ -197,7 +212,9 @@ async def _stream_async(run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
         await subscription.open()
         yield stream.opening()
         while True:
-            status, events = await _db(functools.partial(_read, run_id, stream.after))
+            status, events = await _db(
+                functools.partial(_read, run_id, stream.after, always_status=False)
+            )
             for chunk in stream.feed(status, events, loop.time()):
                 yield chunk
             if stream.done:
@@ -216,7 +233,7 @@ def _stream_sync(run_id: uuid.UUID, after: int) -> Iterator[str]:
     stream = _Stream(run_id, after, time.monotonic())
     yield stream.opening()
     while True:
-        status, events = _read(run_id, stream.after)
+        status, events = _read(run_id, stream.after, always_status=False)
         yield from stream.feed(status, events, time.monotonic())
         if stream.done:
             return
