@@ -9,12 +9,12 @@ never skips. Playwright's own browser download is never used: chromium is launch
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.browser._browser import admin_page, sync_api
 from tests.fixtures.approval_tools import (
     RAN,
     TWO_TRANSFERS,
@@ -27,33 +27,7 @@ from tool_calling import models
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SETUP_HINT = "run `bash scripts/setup_browser.sh` to install chromium and playwright"
 REASON = "EVIL is not a known payee; ask the customer first."
-
-try:
-    from playwright import sync_api
-except ImportError:  # reported by the test, never skipped: the suite's setup installs it
-    sync_api = None
-
-
-@pytest.fixture(autouse=True)
-def _browser_installed() -> None:
-    """Fail, never skip, without the browser: scripts/test.sh installs it on every machine."""
-    if sync_api is None:
-        pytest.fail(f"playwright is not installed: {SETUP_HINT}", pytrace=False)
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: {SETUP_HINT}", pytrace=False)
 
 
 def decide_in_admin(base_url: str, approve: str, deny: str, artifacts: Path) -> dict[str, Any]:
@@ -64,58 +38,40 @@ def decide_in_admin(base_url: str, approve: str, deny: str, artifacts: Path) -> 
     function and the test body does its database work outside it. On failure a screenshot and
     the page's HTML are saved in ``artifacts``.
     """
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.set_default_timeout(15_000)
-        seen: dict[str, Any] = {}
-        try:
-            page.goto(f"{base_url}/admin/")
-            page.fill("#id_username", "operator")
-            page.fill("#id_password", "correct horse battery staple")
-            page.click("#login-form [type=submit]")
-            page.wait_for_selector("#user-tools")
+    seen: dict[str, Any] = {}
+    with admin_page(base_url, artifacts) as page:
+        # The admin index links the queue.
+        page.click("a[href='/admin/tool_calling/pendingapproval/']")
+        rows = page.locator("#result_list tbody tr")
+        sync_api.expect(rows).to_have_count(2)
+        seen["queued"] = [row.inner_text() for row in rows.all()]
 
-            # The admin index links the queue.
-            page.click("a[href='/admin/tool_calling/pendingapproval/']")
-            rows = page.locator("#result_list tbody tr")
-            sync_api.expect(rows).to_have_count(2)
-            seen["queued"] = [row.inner_text() for row in rows.all()]
+        def row_of(text: str) -> Any:
+            return rows.filter(has=page.locator("td.field-arguments_preview", has_text=text))
 
-            def row_of(text: str) -> Any:
-                return rows.filter(has=page.locator("td.field-arguments_preview", has_text=text))
+        # Approve one call with the bulk action.
+        row_of(approve).locator("input.action-select").check()
+        page.select_option("select[name=action]", "approve_selected")
+        page.click("#changelist-form button[name=index]")
+        success = page.locator("ul.messagelist li.success")
+        sync_api.expect(success).to_have_count(1)
+        seen["approved"] = success.inner_text()
+        sync_api.expect(rows).to_have_count(1)
 
-            # Approve one call with the bulk action.
-            row_of(approve).locator("input.action-select").check()
-            page.select_option("select[name=action]", "approve_selected")
-            page.click("#changelist-form button[name=index]")
-            success = page.locator("ul.messagelist li.success")
-            sync_api.expect(success).to_have_count(1)
-            seen["approved"] = success.inner_text()
-            sync_api.expect(rows).to_have_count(1)
-
-            # Deny the other through the confirmation page, with a reason.
-            row_of(deny).locator("input.action-select").check()
-            page.select_option("select[name=action]", "deny_selected")
-            page.click("#changelist-form button[name=index]")
-            page.wait_for_selector("body.tool-calling-deny-confirmation")
-            seen["confirmation"] = page.locator("#content").inner_text()
-            page.fill("#id_reason", REASON)
-            page.click("#deny_form input[type=submit]")
-            success = page.locator("ul.messagelist li.success")
-            sync_api.expect(success).to_have_count(1)
-            seen["denied"] = success.inner_text()
-            seen["queue_after"] = page.locator("#changelist").inner_text()
-            sync_api.expect(page.locator("#result_list")).to_have_count(0)
-            return seen
-        except Exception:
-            artifacts.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(artifacts / "failure.png"), full_page=True)
-            (artifacts / "failure.html").write_text(page.content(), encoding="utf-8")
-            print(f"browser artifacts (screenshot, HTML) saved in {artifacts}")
-            raise
-        finally:
-            browser.close()
+        # Deny the other through the confirmation page, with a reason.
+        row_of(deny).locator("input.action-select").check()
+        page.select_option("select[name=action]", "deny_selected")
+        page.click("#changelist-form button[name=index]")
+        page.wait_for_selector("body.tool-calling-deny-confirmation")
+        seen["confirmation"] = page.locator("#content").inner_text()
+        page.fill("#id_reason", REASON)
+        page.click("#deny_form input[type=submit]")
+        success = page.locator("ul.messagelist li.success")
+        sync_api.expect(success).to_have_count(1)
+        seen["denied"] = success.inner_text()
+        seen["queue_after"] = page.locator("#changelist").inner_text()
+        sync_api.expect(page.locator("#result_list")).to_have_count(0)
+        return seen
 
 
 def test_an_operator_approves_one_call_and_denies_another_and_the_run_goes_on(

@@ -1,18 +1,17 @@
 """A real browser (Debian's chromium through Playwright) governs a tool in the admin.
 
 Needs ``bash scripts/setup_browser.sh`` (chromium from apt, the pinned playwright package);
-without them the test is skipped with that hint. Playwright's own browser download is never
-used: chromium is launched from /usr/bin/chromium.
+without them the test fails with that hint, never skips (conftest.py).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.browser._browser import admin_page, sync_api
 from tool_calling import models
 from tool_calling.core.providers.openai import OpenAIChatModel
 from tool_calling.governance import governed_chat_client
@@ -21,33 +20,7 @@ from tool_calling.testing import ReplayServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 DEMO_TOOLS = {"get_current_time", "get_weather", "add_numbers"}
-SETUP_HINT = "run `bash scripts/setup_browser.sh` to install chromium and playwright"
-
-try:
-    from playwright import sync_api
-except ImportError:  # reported by the test, never skipped: the suite's setup installs it
-    sync_api = None
-
-
-@pytest.fixture(autouse=True)
-def _browser_installed() -> None:
-    """Fail, never skip, without the browser: scripts/test.sh installs it on every machine."""
-    if sync_api is None:
-        pytest.fail(f"playwright is not installed: {SETUP_HINT}", pytrace=False)
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: {SETUP_HINT}", pytrace=False)
 
 
 def offered_tools(server: ReplayServer) -> set[str]:
@@ -68,44 +41,26 @@ def disable_in_admin(base_url: str, tool_name: str, artifacts: Path) -> str:
     its database work outside it. On failure a screenshot and the page's HTML are saved in
     ``artifacts``.
     """
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.set_default_timeout(15_000)
-        try:
-            page.goto(f"{base_url}/admin/")
-            page.fill("#id_username", "operator")
-            page.fill("#id_password", "correct horse battery staple")
-            page.click("#login-form [type=submit]")
-            page.wait_for_selector("#user-tools")
+    with admin_page(base_url, artifacts) as page:
+        page.goto(f"{base_url}/admin/tool_calling/tool/")
+        row = page.locator("#result_list tbody tr").filter(
+            has=page.locator("th.field-name", has_text=tool_name)
+        )
+        sync_api.expect(row).to_have_count(1)
+        row.locator("input.action-select").check()
+        page.select_option("select[name=action]", "disable")
+        page.click("#changelist-form button[name=index]")
 
-            page.goto(f"{base_url}/admin/tool_calling/tool/")
-            row = page.locator("#result_list tbody tr").filter(
-                has=page.locator("th.field-name", has_text=tool_name)
-            )
-            sync_api.expect(row).to_have_count(1)
-            row.locator("input.action-select").check()
-            page.select_option("select[name=action]", "disable")
-            page.click("#changelist-form button[name=index]")
-
-            success = page.locator("ul.messagelist li.success")
-            sync_api.expect(success).to_have_count(1)
-            message = success.inner_text()
-            disabled_row = page.locator("#result_list tbody tr").filter(
-                has=page.locator("th.field-name", has_text=tool_name)
-            )
-            sync_api.expect(disabled_row.locator("td.field-enabled img")).to_have_attribute(
-                "alt", "False"
-            )
-            return message
-        except Exception:
-            artifacts.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(artifacts / "failure.png"), full_page=True)
-            (artifacts / "failure.html").write_text(page.content(), encoding="utf-8")
-            print(f"browser artifacts (screenshot, HTML) saved in {artifacts}")
-            raise
-        finally:
-            browser.close()
+        success = page.locator("ul.messagelist li.success")
+        sync_api.expect(success).to_have_count(1)
+        message = success.inner_text()
+        disabled_row = page.locator("#result_list tbody tr").filter(
+            has=page.locator("th.field-name", has_text=tool_name)
+        )
+        sync_api.expect(disabled_row.locator("td.field-enabled img")).to_have_attribute(
+            "alt", "False"
+        )
+        return message
 
 
 def test_disabling_a_tool_in_the_admin_removes_it_from_the_next_turn(
