@@ -49,7 +49,6 @@ import os  # noqa: E402
 import platform  # noqa: E402
 import pstats  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -60,7 +59,12 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from importlib import metadata  # noqa: E402
 from typing import Any  # noqa: E402
 
-from tool_calling.testing.services import RedisServerNotFound, find_redis_server  # noqa: E402
+from tool_calling.testing.services import (  # noqa: E402
+    RedisServerNotFound,
+    celery_worker_argv,
+    find_redis_server,
+    stop_worker,
+)
 
 QUEUES = "tool_calling,celery"
 STARTUP_SECONDS = 60
@@ -136,27 +140,7 @@ class Processes:
         log = self.state / f"worker-{index}.log"
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE}
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "project",
-                "worker",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                str(concurrency),
-                "-Q",
-                QUEUES,
-                "-n",
-                name,
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--loglevel",
-                "WARNING",
-            ],
+            celery_worker_argv(name, QUEUES, concurrency=concurrency, loglevel="WARNING"),
             cwd=ROOT,
             env=env,
             stdout=log.open("ab"),
@@ -176,13 +160,7 @@ class Processes:
         return process
 
     def stop_worker(self, process: subprocess.Popen[bytes]) -> None:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)  # warm shutdown
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)  # its own session: our processes only
-                process.wait(5)
+        stop_worker(process)
 
     def stop_all(self) -> None:
         for process in self.workers:

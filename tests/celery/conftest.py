@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,7 +26,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tool_calling.testing.services import RedisServerNotFound, find_redis_server
+from tool_calling.testing.services import (
+    RedisServerNotFound,
+    celery_worker_argv,
+    find_redis_server,
+)
+from tool_calling.testing.services import stop_worker as stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUES = "tool_calling,tc_other"
@@ -127,27 +130,7 @@ def start_worker(index: int) -> Worker:
     log = settings.STATE_DIR / f"worker-{index}.log"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_celery"}
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "project",
-            "worker",
-            "--pool",
-            "prefork",
-            "--concurrency",
-            "2",
-            "-Q",
-            QUEUES,
-            "-n",
-            name,
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--loglevel",
-            "INFO",
-        ],
+        celery_worker_argv(name, QUEUES),
         cwd=ROOT,
         env=env,
         stdout=log.open("ab"),
@@ -164,13 +147,7 @@ def _hostname() -> str:
 
 
 def stop_worker(worker: Worker) -> None:
-    if worker.process.poll() is None:
-        worker.process.send_signal(signal.SIGTERM)  # warm shutdown
-        try:
-            worker.process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.process.pid, signal.SIGKILL)  # its own session: our processes only
-            worker.process.wait(5)
+    stop_process(worker.process)
 
 
 def wait_ready(*workers: Worker) -> None:

