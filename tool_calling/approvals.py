@@ -124,6 +124,11 @@ def validate_arguments(name: str, arguments: Any) -> str:
             name,
             f"Arguments for tool {name!r} must be a JSON object, got {type(arguments).__name__}.",
         )
+    if "\x00" in text or "\\u0000" in text:
+        # PostgreSQL cannot store NUL in text or JSON: refused here, not a database error later.
+        raise ToolArgumentsError(
+            name, f"Arguments for tool {name!r} must not contain NUL characters (\\u0000)."
+        )
     callback = registry.get(name)
     if callback is None:
         raise ToolCallingError(f"Tool {name!r} is not installed; its calls cannot be approved.")

@@ -152,6 +152,8 @@ def test_approving_with_edited_arguments_runs_them_and_keeps_the_models(alice, r
         ({"account": "ACME", "amount": 1, "extra": True}, "extra"),
         ("[1, 2]", "object"),
         ("{not json", "wire_money"),
+        ({"account": "AC\x00ME", "amount": 1}, "NUL"),
+        ('{"account": "AC\\u0000ME", "amount": 1}', "NUL"),
     ],
 )
 def test_edited_arguments_that_fail_the_schema_change_nothing(
