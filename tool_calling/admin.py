@@ -795,26 +795,26 @@ class ToolExecutionAdmin(admin.ModelAdmin):
     @admin.display(description=_("arguments"))
     def arguments_display(self, obj: models.ToolExecution) -> str:
         """The arguments as the model sent them, indented when they are JSON."""
-        return _pre(obj.arguments) if obj.arguments else self.get_empty_value_display()
+        return self._block(obj.arguments)
 
     @admin.display(description=_("original arguments"))
     def original_arguments_display(self, obj: models.ToolExecution) -> str:
         """The model's arguments, when an approver edited them before approving."""
-        if not obj.original_arguments:
-            return self.get_empty_value_display()
-        return _pre(obj.original_arguments)
+        return self._block(obj.original_arguments)
 
     @admin.display(description=_("result"))
     def result_display(self, obj: models.ToolExecution) -> str:
         """What the model was told, escaped."""
-        return _pre(obj.result) if obj.result else self.get_empty_value_display()
+        return self._block(obj.result)
 
     @admin.display(description=_("error"))
     def error_display(self, obj: models.ToolExecution) -> str:
         """The exception and traceback (operators only; the model never sees it)."""
-        if not obj.error:
-            return self.get_empty_value_display()
-        return _pre(obj.error)
+        return self._block(obj.error)
+
+    def _block(self, text: str) -> str:
+        """``text`` in an escaped ``<pre>`` block; the empty-value dash when there is none."""
+        return _pre(text) if text else self.get_empty_value_display()
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         """Audit rows are written by executions only."""
