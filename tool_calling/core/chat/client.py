@@ -21,6 +21,7 @@ from tool_calling.core.chat.messages import Message, SystemMessage, UserMessage
 from tool_calling.core.chat.model import ChatModel
 from tool_calling.core.chat.prompt import ChatOptions, Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse
+from tool_calling.core.errors import ToolResolutionError
 from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolCallingManager
 from tool_calling.core.execution.resolvers import ToolCallbackResolver
 from tool_calling.core.tools.callback import (
@@ -29,7 +30,6 @@ from tool_calling.core.tools.callback import (
     _callbacks_of,
     check_unique_names,
 )
-from tool_calling.exceptions import ToolResolutionError
 
 __all__ = ["CallResponseSpec", "ChatClient", "ChatClientBuilder", "ChatClientRequestSpec"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
-from tool_calling.exceptions import ToolExecutionException
+from tool_calling.core.tools.callback import ToolExecutionException
 
 __all__ = ["DefaultToolExecutionExceptionProcessor", "ToolExecutionExceptionProcessor"]
 

@@ -6,11 +6,26 @@ import enum
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from tool_calling.core.chat.messages import Message, ToolResponseMessage, UserMessage
+from tool_calling.core.chat.messages import (
+    AssistantMessage,
+    Message,
+    ToolResponse,
+    ToolResponseMessage,
+    UserMessage,
+)
+from tool_calling.core.chat.response import Generation
+from tool_calling.core.errors import ToolCallingError
+from tool_calling.core.execution.result import ToolExecutionResult
 
-__all__ = ["ToolCallLimitBehavior", "ToolCallLimits", "breach_text", "count_turn_calls"]
+__all__ = [
+    "ToolCallLimitBehavior",
+    "ToolCallLimitExceededException",
+    "ToolCallLimits",
+    "breach_text",
+    "count_turn_calls",
+]
 
 
 class ToolCallLimitBehavior(str, enum.Enum):  # noqa: UP042 - str-mixin keeps "THROW" == member
@@ -141,3 +156,55 @@ class LimitCounter:
         if total is not None and self._total > total:
             return None, total
         return None
+
+
+class ToolCallLimitExceededException(ToolCallingError):
+    """A tool call limit of the current turn was exceeded.
+
+    ``tool_name`` is ``None`` when the total limit was exceeded. ``partial_result`` holds the
+    conversation history with the calls that already ran plus the breach response.
+    """
+
+    FINISH_REASON: ClassVar[str] = "toolCallLimitExceeded"
+    """Finish reason of the generation built by :meth:`build_generation`."""
+    METADATA_PARTIAL_TOOL_RESPONSES: ClassVar[str] = "partialToolResponses"
+    """Metadata key under which the batch's earlier successful responses are kept."""
+
+    def __init__(
+        self,
+        tool_name: str | None,
+        limit: int,
+        partial_result: ToolExecutionResult | None = None,
+        message: str | None = None,
+    ) -> None:
+        if message is None:
+            message = (
+                f"Tool call limit ({limit}) exceeded for tool '{tool_name}'"
+                if tool_name is not None
+                else f"Total tool call limit ({limit}) exceeded for this turn"
+            )
+        super().__init__(message)
+        self.tool_name = tool_name
+        """The tool whose limit was exceeded, or ``None`` for the total limit."""
+        self.limit = limit
+        """The limit that was exceeded."""
+        self.partial_result = partial_result
+        """History with what already ran plus the breach response."""
+
+    @property
+    def breach_text(self) -> str:
+        """The text the model would see for this breach."""
+        return breach_text(self.tool_name, self.limit)
+
+    def build_generation(self) -> Generation:
+        """Return one generation carrying the breach text and the batch's successful responses."""
+        partial: list[ToolResponse] = []
+        if self.partial_result is not None:
+            last = self.partial_result.conversation_history[-1]
+            responses = last.responses if isinstance(last, ToolResponseMessage) else []
+            partial = [r for r in responses if not r.is_error]
+        return Generation(
+            AssistantMessage(self.breach_text),
+            finish_reason=self.FINISH_REASON,
+            metadata={self.METADATA_PARTIAL_TOOL_RESPONSES: partial},
+        )

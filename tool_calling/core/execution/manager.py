@@ -23,6 +23,7 @@ from tool_calling.core.chat.messages import (
 )
 from tool_calling.core.chat.prompt import ChatOptions, Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse
+from tool_calling.core.errors import ToolArgumentsError, ToolFailure, ToolResolutionError
 from tool_calling.core.execution.exception_processor import (
     DefaultToolExecutionExceptionProcessor,
     ToolExecutionExceptionProcessor,
@@ -30,6 +31,7 @@ from tool_calling.core.execution.exception_processor import (
 from tool_calling.core.execution.limits import (
     LimitCounter,
     ToolCallLimitBehavior,
+    ToolCallLimitExceededException,
     ToolCallLimits,
     breach_text,
 )
@@ -38,17 +40,11 @@ from tool_calling.core.execution.result import ToolExecutionResult
 from tool_calling.core.tools.callback import (
     FunctionToolCallback,
     ToolCallback,
+    ToolExecutionException,
     check_unique_names,
 )
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import ToolDefinition
-from tool_calling.exceptions import (
-    ToolArgumentsError,
-    ToolCallLimitExceededException,
-    ToolExecutionException,
-    ToolFailure,
-    ToolResolutionError,
-)
 
 __all__ = ["DefaultToolCallingManager", "ToolCallExecutor", "ToolCallPlan", "ToolCallingManager"]
 

@@ -38,7 +38,7 @@ from tool_calling.core.chat.messages import (
 from tool_calling.core.chat.model import ChatModel
 from tool_calling.core.chat.prompt import ChatOptions, Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse, Generation
-from tool_calling.exceptions import (
+from tool_calling.core.errors import (
     ChatModelAuthenticationError,
     ChatModelError,
     ChatModelNotFoundError,

@@ -10,12 +10,33 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tool_calling.core._async import run_sync
+from tool_calling.core.errors import ToolArgumentsError, ToolCallingError, ToolDefinitionError
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.decorator import ResultConverter, build_spec, get_spec
 from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
-from tool_calling.exceptions import ToolArgumentsError, ToolDefinitionError, ToolExecutionException
 
-__all__ = ["FunctionToolCallback", "ToolCallback", "ToolCallbackProvider", "tool_callbacks"]
+__all__ = [
+    "ToolExecutionException",
+    "FunctionToolCallback",
+    "ToolCallback",
+    "ToolCallbackProvider",
+    "tool_callbacks",
+]
+
+
+class ToolExecutionException(ToolCallingError):
+    """A tool raised while it ran.
+
+    The message is the cause's message; the cause is kept as ``cause`` and ``__cause__``.
+    """
+
+    def __init__(self, tool_definition: ToolDefinition, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.tool_definition = tool_definition
+        """The definition of the tool that failed."""
+        self.cause = cause
+        """The exception the tool raised."""
+        self.__cause__ = cause
 
 
 class ToolCallback(ABC):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from tool_calling.core.errors import ToolDefinitionError
 from tool_calling.core.tools._docstring import parse_docstring
 from tool_calling.core.tools.converter import DEFAULT_CONVERTER, ToolCallResultConverter
 from tool_calling.core.tools.definition import ToolDefinition, validate_tool_name
@@ -17,7 +18,6 @@ from tool_calling.core.tools.schema import (
     build_input_type_schema,
     unsupported_return,
 )
-from tool_calling.exceptions import ToolDefinitionError
 
 __all__ = ["ResultConverter", "ToolSpec", "build_spec", "get_spec", "tool"]
 

@@ -7,7 +7,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-from tool_calling.exceptions import ToolDefinitionError
+from tool_calling.core.errors import ToolDefinitionError
 
 __all__ = ["JsonSchema", "ToolDefinition", "ToolMetadata", "validate_tool_name"]
 

@@ -20,10 +20,10 @@ import pydantic_core
 from pydantic.fields import FieldInfo
 from typing_extensions import TypedDict
 
+from tool_calling.core.errors import ToolArgumentsError, ToolDefinitionError
 from tool_calling.core.tools._docstring import parse_docstring
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import JsonSchema
-from tool_calling.exceptions import ToolArgumentsError, ToolDefinitionError
 
 __all__ = ["ArgumentsSchema", "ToolParam", "build_arguments_schema", "to_strict_json_schema"]
 

@@ -28,9 +28,9 @@ from tool_calling.core.execution.eligibility import (
     DefaultToolExecutionEligibilityPredicate,
     ToolExecutionEligibilityPredicate,
 )
+from tool_calling.core.execution.limits import ToolCallLimitExceededException
 from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolCallingManager
 from tool_calling.core.execution.result import ToolExecutionResult
-from tool_calling.exceptions import ToolCallLimitExceededException
 
 __all__ = [
     "ANSWERED",
