@@ -10,6 +10,8 @@ Everything the library raises on purpose derives from :class:`ToolCallingError`:
      ├── ToolFailure                        raised by a tool on purpose: its message goes to the
      │                                      model as an error response, never re-raised
      ├── ToolExecutionException             a tool raised; .tool_definition, .cause
+     ├── RemoteToolError                    a tool raised on a worker and its class could not
+     │                                      be rebuilt here; .error_type
      ├── ToolCallLimitExceededException     .tool_name, .limit, .partial_result
      └── ChatModelError                     the model API failed after the SDK's retries;
           │                                 .status_code, .request_id, .retry_after
@@ -35,6 +37,7 @@ from tool_calling.core.errors import (
     ChatModelRateLimitError,
     ChatModelResponseError,
     ChatModelTimeoutError,
+    RemoteToolError,
     ToolArgumentsError,
     ToolCallingError,
     ToolDefinitionError,
@@ -51,6 +54,7 @@ __all__ = [
     "ChatModelRateLimitError",
     "ChatModelResponseError",
     "ChatModelTimeoutError",
+    "RemoteToolError",
     "ToolArgumentsError",
     "ToolCallLimitExceededException",
     "ToolCallingError",

@@ -52,18 +52,14 @@ from tool_calling.core.chat.memory import ChatMemory
 from tool_calling.core.chat.messages import (
     AssistantMessage,
     Message,
-    ToolCall,
     ToolResponse,
     UserMessage,
 )
 from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse, Generation
 from tool_calling.core.execution.eligibility import DefaultToolExecutionEligibilityPredicate
-from tool_calling.core.execution.manager import ToolCallPlan
+from tool_calling.core.execution.plan import PlannedCall, ToolCallPlan, ToolOutcome
 from tool_calling.core.execution.result import ToolExecutionResult
-from tool_calling.core.tools.callback import ToolCallback
-from tool_calling.core.tools.context import ToolContext
-from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
 from tool_calling.exceptions import ToolCallingError, ToolCallLimitExceededException
 from tool_calling.governance import (
     GovernedTurn,
@@ -514,14 +510,17 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
             plan = manager.plan_tool_calls(prompt, chat_response)
             jobs = []
             gated = []
-            for index, call, callback in plan.jobs:
+            offered = {cb.definition.name: cb for cb in state.turn.callbacks}
+            for job in plan.jobs:
+                index, call = job.index, job.call
+                callback = offered[call.name]
                 tool = manager.governed.rows.get(call.name)
                 needs_approval = bool(tool is not None and tool.requires_approval) or bool(
                     callback.metadata.requires_approval
                 )
                 row = record_call(
                     call,
-                    plan.context,
+                    state.options.tool_context,
                     user=run.user,
                     conversation_id=run.conversation_id,
                     assistant_message_id=last.pk,
@@ -529,7 +528,7 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                     tool=tool,
                     needs_approval=needs_approval,
                 )
-                jobs.append([index, row.pk, bool(callback.metadata.return_direct)])
+                jobs.append([index, row.pk, job.return_direct])
                 if needs_approval:
                     gated.append(row)
                 else:
@@ -593,25 +592,6 @@ def _response_data(response: ToolResponse | None) -> dict[str, Any] | None:
     }
 
 
-class _PlannedTool(ToolCallback):
-    """Stands for a tool whose call ran on a worker, when its outcome is turned into a response."""
-
-    def __init__(self, name: str, return_direct: bool) -> None:
-        self._definition = ToolDefinition(name, "", {"type": "object", "properties": {}})
-        self._metadata = ToolMetadata(return_direct=return_direct)
-
-    @property
-    def definition(self) -> ToolDefinition:
-        return self._definition
-
-    @property
-    def metadata(self) -> ToolMetadata:
-        return self._metadata
-
-    def call(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
-        raise ToolCallingError("A planned call runs on a worker, not here")
-
-
 _OUTCOME_FIELDS = ("id", "tool_name", "status", "result", "error_type", "payload")
 
 
@@ -642,17 +622,15 @@ def _complete(state: _Step, last: models.Message) -> bool:
     assistant = message_from_row(last)
     assert isinstance(assistant, AssistantMessage)
     calls = assistant.tool_calls
-    outcomes: list[tuple[str | None, BaseException | None]] = []
-    jobs: list[tuple[int, ToolCall, ToolCallback]] = []
+    outcomes: list[ToolOutcome] = []
+    jobs: list[PlannedCall] = []
     for index, execution_id, return_direct in stored["jobs"]:
-        call = calls[index]
-        jobs.append((index, call, _PlannedTool(call.name, return_direct)))
+        jobs.append(PlannedCall(index, calls[index], return_direct))
         try:
-            outcomes.append((outcome_of(rows[execution_id]), None))
+            outcomes.append(ToolOutcome.ok(outcome_of(rows[execution_id])))
         except Exception as exc:
-            outcomes.append((None, exc))
+            outcomes.append(ToolOutcome.from_exception(exc))
     plan = ToolCallPlan(
-        prompt=Prompt(_history(state, last), state.options),
         assistant=assistant,
         responses=[
             ToolResponse(r["id"], r["name"], r["response_data"], r["is_error"]) if r else None
@@ -660,12 +638,13 @@ def _complete(state: _Step, last: models.Message) -> bool:
         ],
         jobs=jobs,
         breach=tuple(stored["breach"]) if stored["breach"] else None,  # type: ignore[arg-type]
-        context=ToolContext(state.options.tool_context),
         strict=bool(stored["strict"]),
     )
     outcome: ToolExecutionResult | ToolCallLimitExceededException
     try:
-        outcome = state.turn.manager.complete_tool_calls(plan, outcomes)
+        outcome = state.turn.manager.complete_tool_calls(
+            Prompt(_history(state, last), state.options), plan, outcomes
+        )
     except ToolCallLimitExceededException as exc:
         outcome = exc
     ending = decide_after_tools(_chat_response(last), outcome)

@@ -569,8 +569,8 @@ def test_failures_on_workers_reach_the_model_as_in_process_failures_do():
     rows = {r.tool_name: r for r in models.ToolExecution.objects.all()}
     assert (rows["explode"].status, rows["explode"].error_type) == ("failed", "builtins.ValueError")
     assert rows["explode"].error.startswith("Traceback (most recent call last):")
-    assert rows["refuse"].error_type == "tool_calling.exceptions.ToolFailure"
-    assert rows["counted"].error_type == "tool_calling.exceptions.ToolArgumentsError"
+    assert rows["refuse"].error_type == "tool_calling.core.errors.ToolFailure"
+    assert rows["counted"].error_type == "tool_calling.core.errors.ToolArgumentsError"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -713,11 +713,11 @@ def test_execution_mode_is_the_tools_own_else_the_setting():
     [
         ("succeeded", "", "text"),
         ("failed", "", ToolFailure),
-        ("failed", "tool_calling.exceptions.ToolFailure", ToolFailure),
+        ("failed", "tool_calling.core.errors.ToolFailure", ToolFailure),
         ("failed", "tool_calling.execution.ToolCallTimeoutError", ToolFailure),
         ("failed", "builtins.ValueError", RemoteToolError),
         ("failed", "not_imported_module.Error", RemoteToolError),
-        ("failed", "tool_calling.exceptions.ToolArgumentsError", ToolArgumentsError),
+        ("failed", "tool_calling.core.errors.ToolArgumentsError", ToolArgumentsError),
         ("refused", "", ToolNotAvailableError),
         ("timed_out", "", ToolFailure),
         ("unknown", "", ToolFailure),

@@ -13,6 +13,7 @@ __all__ = [
     "ChatModelRateLimitError",
     "ChatModelResponseError",
     "ChatModelTimeoutError",
+    "RemoteToolError",
     "ToolArgumentsError",
     "ToolCallingError",
     "ToolDefinitionError",
@@ -27,6 +28,18 @@ class ToolCallingError(Exception):
 
 class ToolDefinitionError(ToolCallingError, ValueError):
     """A tool cannot be defined: bad signature, unsupported type, bad or duplicate name."""
+
+
+class RemoteToolError(ToolCallingError):
+    """A tool raised in another process (a Celery worker) and its type cannot be rebuilt here.
+
+    The message is the original exception's; ``error_type`` names its class.
+    """
+
+    def __init__(self, message: str, *, error_type: str = "") -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        """``module.QualifiedName`` of the exception the tool raised."""
 
 
 class ToolResolutionError(ToolCallingError, LookupError):

@@ -5,7 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
+from tool_calling.core.execution.plan import ToolOutcome
 from tool_calling.core.tools.callback import ToolExecutionException
+from tool_calling.core.tools.definition import ToolDefinition
 
 __all__ = ["DefaultToolExecutionExceptionProcessor", "ToolExecutionExceptionProcessor"]
 
@@ -17,6 +19,22 @@ class ToolExecutionExceptionProcessor(ABC):
     def process(self, exception: ToolExecutionException) -> str:
         """Return the text the model sees for ``exception``, or raise."""
 
+    def process_outcome(self, definition: ToolDefinition, outcome: ToolOutcome) -> str:
+        """Return the text the model sees for a failed call's ``outcome``, or raise.
+
+        The manager calls this for every failure, wherever the call ran. By default it hands
+        :meth:`process` the exception (rebuilt when the call failed in another process; see
+        ``ToolOutcome.as_exception``).
+        """
+        return self.process(_wrapper(definition, outcome))
+
+
+def _wrapper(definition: ToolDefinition, outcome: ToolOutcome) -> ToolExecutionException:
+    raised = outcome.exception
+    if isinstance(raised, ToolExecutionException):
+        return raised
+    return ToolExecutionException(definition, outcome.as_exception())
+
 
 class DefaultToolExecutionExceptionProcessor(ToolExecutionExceptionProcessor):
     """Sends the exception's message to the model unless told to raise.
@@ -25,6 +43,9 @@ class DefaultToolExecutionExceptionProcessor(ToolExecutionExceptionProcessor):
     ``ToolExecutionException``; a cause of a ``rethrown`` type re-raises the cause itself;
     ``always_throw`` re-raises the ``ToolExecutionException``; otherwise the cause's message goes
     to the model (a blank one becomes ``"Exception occurred in tool: NAME (ExceptionType)"``).
+
+    Calls that failed on a Celery worker are decided the same way, by the exception's type
+    names: a ``rethrown`` type raised there is raised here as that type.
     """
 
     def __init__(
@@ -39,17 +60,23 @@ class DefaultToolExecutionExceptionProcessor(ToolExecutionExceptionProcessor):
 
     def process(self, exception: ToolExecutionException) -> str:
         """Return the cause's message for the model, or raise as configured."""
-        cause = exception.cause
-        if not isinstance(cause, Exception):
-            raise exception
-        if self.rethrown and isinstance(cause, self.rethrown):
-            raise cause
+        return self._decide(exception, ToolOutcome.from_exception(exception))
+
+    def process_outcome(self, definition: ToolDefinition, outcome: ToolOutcome) -> str:
+        """Decide as :meth:`process` does, by type names when the call failed elsewhere."""
+        return self._decide(_wrapper(definition, outcome), outcome)
+
+    def _decide(self, wrapper: ToolExecutionException, outcome: ToolOutcome) -> str:
+        if not outcome.is_a(Exception):
+            raise wrapper
+        for kind in self.rethrown:
+            if outcome.is_a(kind):
+                raise outcome.as_exception(kind)
         if self.always_throw:
-            raise exception
-        message = str(cause).strip()
+            raise wrapper
+        message = outcome.text.strip()
         if not message:
             return (
-                f"Exception occurred in tool: {exception.tool_definition.name} "
-                f"({type(cause).__name__})"
+                f"Exception occurred in tool: {wrapper.tool_definition.name} ({outcome.type_name})"
             )
         return message

@@ -9,7 +9,6 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from types import EllipsisType
 from typing import Protocol, runtime_checkable
 
@@ -35,18 +34,18 @@ from tool_calling.core.execution.limits import (
     ToolCallLimits,
     breach_text,
 )
+from tool_calling.core.execution.plan import PlannedCall, ToolCallPlan, ToolOutcome, ToolOutcomeKind
 from tool_calling.core.execution.resolvers import ToolCallbackResolver
 from tool_calling.core.execution.result import ToolExecutionResult
 from tool_calling.core.tools.callback import (
     FunctionToolCallback,
     ToolCallback,
-    ToolExecutionException,
     check_unique_names,
 )
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import ToolDefinition
 
-__all__ = ["DefaultToolCallingManager", "ToolCallExecutor", "ToolCallPlan", "ToolCallingManager"]
+__all__ = ["DefaultToolCallingManager", "ToolCallExecutor", "ToolCallingManager"]
 
 logger = logging.getLogger("tool_calling.execution")
 
@@ -81,30 +80,12 @@ class ToolCallExecutor(Protocol):
 
     def submit_tool_call(
         self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
-    ) -> Future[str]:
-        """Start the call and return a future of the tool's text result."""
+    ) -> Future[str] | Future[ToolOutcome]:
+        """Start the call and return a future of its text, or of its whole outcome.
 
-
-@dataclass(frozen=True)
-class ToolCallPlan:
-    """What :meth:`DefaultToolCallingManager.plan_tool_calls` decided for one assistant message."""
-
-    prompt: Prompt
-    """The prompt the calls answer (limits were counted over its messages)."""
-    assistant: AssistantMessage
-    """The assistant message whose calls are planned."""
-    responses: list[ToolResponse | None]
-    """Per call, in call order: the response of a call answered without running it (a limit
-    with ``RETURN_ERROR_RESPONSE``, an unknown tool), else ``None``."""
-    jobs: list[tuple[int, ToolCall, ToolCallback]]
-    """The calls to run: ``(index in the message, call, callback)``, in call order."""
-    breach: tuple[int, str | None, int] | None = None
-    """``(index, tool name or None for the total, limit)`` of a THROW breach; the calls from
-    ``index`` on are not planned."""
-    context: ToolContext = field(default_factory=ToolContext)
-    """The tool context the calls run with."""
-    strict: bool = False
-    """Whether bad arguments raise instead of becoming error responses."""
+        A future that raises is a failed call (the exception processor decides what the model
+        sees); a :class:`ToolOutcome` lets a call that failed elsewhere say what it raised.
+        """
 
 
 _SHARED_POOL_SIZE = 32
@@ -261,7 +242,7 @@ class DefaultToolCallingManager(ToolCallingManager):
     ) -> ToolExecutionResult:
         """Run the tool calls of the first generation that has any.
 
-        The same as ``complete_tool_calls(plan, outcomes)`` where ``plan`` is
+        The same as ``complete_tool_calls(prompt, plan, outcomes)`` where ``plan`` is
         ``plan_tool_calls(prompt, chat_response)`` and ``outcomes`` are those of its jobs.
 
         Returns:
@@ -275,20 +256,29 @@ class DefaultToolCallingManager(ToolCallingManager):
             ToolArgumentsError, ToolResolutionError: bad arguments or unknown tool with strict
                 tool calls.
         """
-        plan = self.plan_tool_calls(prompt, chat_response)
-        outcomes = self._run(plan.jobs, plan.context, core_settings().max_concurrent_calls)
-        return self.complete_tool_calls(plan, outcomes)
+        plan, callbacks = self._plan(prompt, chat_response)
+        outcomes = self._run(
+            plan.jobs, callbacks, _context(prompt.options), core_settings().max_concurrent_calls
+        )
+        return self._complete(prompt, plan, outcomes, [cb.definition for cb in callbacks])
 
     def plan_tool_calls(self, prompt: Prompt, chat_response: ChatResponse) -> ToolCallPlan:
         """Count the limits and look the tools up: decide which calls run, answer the others.
 
         Nothing runs here; a caller that runs the jobs elsewhere (a durable run's Celery
-        tasks) hands their outcomes to :meth:`complete_tool_calls`.
+        tasks) hands their outcomes to :meth:`complete_tool_calls`. The plan is JSON
+        (``ToolCallPlan.to_json``), so it can be stored and completed in another process.
 
         Raises:
             ValueError: the response has no tool calls.
             ToolResolutionError: an unknown tool with strict tool calls.
         """
+        return self._plan(prompt, chat_response)[0]
+
+    def _plan(
+        self, prompt: Prompt, chat_response: ChatResponse
+    ) -> tuple[ToolCallPlan, list[ToolCallback]]:
+        """The plan, and the callback of each of its jobs (in job order)."""
         for generation in chat_response.generations:
             if generation.output.tool_calls:
                 break
@@ -305,12 +295,11 @@ class DefaultToolCallingManager(ToolCallingManager):
         )
         limits = self.limits if self.limits is not None else settings.limits
         callbacks = self._request_callbacks(options)
-        raw_context = options.tool_context if isinstance(options, ToolCallingChatOptions) else None
-        context = ToolContext(raw_context) if raw_context else _EMPTY_CONTEXT
 
         counter = None if limits.is_unlimited else LimitCounter(limits, prompt.messages)
         responses: list[ToolResponse | None] = [None] * len(calls)
-        jobs: list[tuple[int, ToolCall, ToolCallback]] = []
+        jobs: list[PlannedCall] = []
+        job_callbacks: list[ToolCallback] = []
         breach: tuple[int, str | None, int] | None = None
         for index, call in enumerate(calls):
             if counter is not None:
@@ -324,9 +313,7 @@ class DefaultToolCallingManager(ToolCallingManager):
                         call.id, call.name, breach_text(*exceeded), is_error=True
                     )
                     continue
-            callback = callbacks.get(call.name)
-            if callback is None and self.resolution_fallback_enabled and self.resolver is not None:
-                callback = self.resolver.resolve(call.name)
+            callback = self._lookup(call.name, callbacks)
             if callback is None:
                 text = self._unknown_tool_text(call.name, callbacks)
                 self.on_unavailable_tool(call, text)
@@ -337,29 +324,46 @@ class DefaultToolCallingManager(ToolCallingManager):
                 )
                 responses[index] = ToolResponse(call.id, call.name, text, is_error=True)
                 continue
-            jobs.append((index, call, callback))
-        return ToolCallPlan(
-            prompt=prompt,
-            assistant=assistant,
-            responses=responses,
-            jobs=jobs,
-            breach=breach,
-            context=context,
-            strict=strict,
-        )
+            jobs.append(PlannedCall(index, call, callback.metadata.return_direct))
+            job_callbacks.append(callback)
+        plan = ToolCallPlan(assistant, responses, jobs, breach, strict)
+        return plan, job_callbacks
+
+    def _lookup(self, name: str, callbacks: dict[str, ToolCallback]) -> ToolCallback | None:
+        callback = callbacks.get(name)
+        if callback is None and self.resolution_fallback_enabled and self.resolver is not None:
+            callback = self.resolver.resolve(name)
+        return callback
 
     def complete_tool_calls(
-        self, plan: ToolCallPlan, outcomes: Sequence[tuple[str | None, BaseException | None]]
+        self, prompt: Prompt, plan: ToolCallPlan, outcomes: Sequence[ToolOutcome]
     ) -> ToolExecutionResult:
         """Build the result of a planned batch from the outcomes of its jobs, in job order.
 
-        Each outcome is ``(text, None)`` for a call that returned, or ``(None, exception)``.
+        ``prompt`` is the one the plan was made for: its messages start the history, and its
+        tools name the definitions the exception processor is given.
 
         Raises:
             ToolCallLimitExceededException: the plan recorded a breach with the THROW behaviour.
             ToolExecutionException: a tool failed and the exception processor re-raised.
             ToolArgumentsError: bad arguments with strict tool calls.
         """
+        callbacks = self._request_callbacks(prompt.options)
+        definitions = []
+        for job in plan.jobs:
+            callback = self._lookup(job.call.name, callbacks)
+            definitions.append(
+                callback.definition if callback is not None else _bare_definition(job.call.name)
+            )
+        return self._complete(prompt, plan, outcomes, definitions)
+
+    def _complete(
+        self,
+        prompt: Prompt,
+        plan: ToolCallPlan,
+        outcomes: Sequence[ToolOutcome],
+        definitions: Sequence[ToolDefinition],
+    ) -> ToolExecutionResult:
         settings = core_settings()
         calls = plan.assistant.tool_calls
         responses = list(plan.responses)
@@ -373,22 +377,24 @@ class DefaultToolCallingManager(ToolCallingManager):
         # answered with an unknown-tool, bad-arguments or limit text never ran, and that text is
         # for the model to act on, not an answer for the caller.
         return_direct = len(jobs) == len(calls)
-        for (index, call, callback), (result, error) in zip(jobs, outcomes, strict=True):
+        for job, outcome, definition in zip(jobs, outcomes, definitions, strict=True):
+            call = job.call
+            ok = outcome.kind is ToolOutcomeKind.OK
             if return_direct and (
-                not callback.metadata.return_direct or isinstance(error, ToolArgumentsError)
+                not job.return_direct or (not ok and outcome.is_a(ToolArgumentsError))
             ):
                 return_direct = False
-            if error is None:
-                result = "" if result is None else result
+            if ok:
+                result = outcome.text
                 if max_chars is not None and len(result) > max_chars:
                     result = _truncate(result, max_chars)
-                responses[index] = ToolResponse(call.id, call.name, result)
+                responses[job.index] = ToolResponse(call.id, call.name, result)
             else:
-                responses[index] = self._error_response(
-                    call, callback, error, plan.strict, max_chars
+                responses[job.index] = self._error_response(
+                    call, definition, outcome, plan.strict, max_chars
                 )
 
-        prompt, assistant = plan.prompt, plan.assistant
+        assistant = plan.assistant
         if plan.breach is not None:
             index, tool_name, limit = plan.breach
             call = calls[index]
@@ -436,19 +442,19 @@ class DefaultToolCallingManager(ToolCallingManager):
 
     def _invoke(
         self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext
-    ) -> tuple[str | None, BaseException | None]:
+    ) -> ToolOutcome:
         try:
-            return (self.call_tool(callback, tool_call, context), None)
+            return ToolOutcome.ok(self.call_tool(callback, tool_call, context))
         except BaseException as exc:  # collected and handled in call order by the caller
-            return (None, exc)
+            return ToolOutcome.from_exception(exc)
 
     async def _ainvoke(
         self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext
-    ) -> tuple[str | None, BaseException | None]:
+    ) -> ToolOutcome:
         try:
-            return (await self.acall_tool(callback, tool_call, context), None)
+            return ToolOutcome.ok(await self.acall_tool(callback, tool_call, context))
         except BaseException as exc:
-            return (None, exc)
+            return ToolOutcome.from_exception(exc)
 
     def _unknown_tool_text(self, name: str, callbacks: dict[str, ToolCallback]) -> str:
         available = ", ".join(callbacks) or "none"
@@ -459,55 +465,58 @@ class DefaultToolCallingManager(ToolCallingManager):
 
     def _run(
         self,
-        jobs: Sequence[tuple[int, ToolCall, ToolCallback]],
+        jobs: Sequence[PlannedCall],
+        callbacks: Sequence[ToolCallback],
         context: ToolContext,
         default_concurrency: int,
-    ) -> list[tuple[str | None, BaseException | None]]:
+    ) -> list[ToolOutcome]:
         if not jobs:
             return []
         executor = self.executor
         if executor is None:
             if len(jobs) == 1:
-                _, call, callback = jobs[0]
-                return [self._invoke(callback, call, context)]
+                return [self._invoke(callbacks[0], jobs[0].call, context)]
             return self._run_in_process(
-                jobs, context, self.max_concurrent_calls or default_concurrency
+                jobs, callbacks, context, self.max_concurrent_calls or default_concurrency
             )
-        futures: list[Future[str] | Future[tuple[str | None, BaseException | None]]] = []
-        for _, call, callback in jobs:
+        futures: list[Future[str] | Future[ToolOutcome]] = []
+        for job, callback in zip(jobs, callbacks, strict=True):
             if isinstance(executor, ToolCallExecutor):
-                futures.append(executor.submit_tool_call(callback, call, context))
+                futures.append(executor.submit_tool_call(callback, job.call, context))
             else:
-                futures.append(executor.submit(self._invoke, callback, call, context))
-        outcomes: list[tuple[str | None, BaseException | None]] = []
+                futures.append(executor.submit(self._invoke, callback, job.call, context))
+        outcomes: list[ToolOutcome] = []
         for future in futures:
             try:
                 value = future.result()
             except BaseException as exc:
-                outcomes.append((None, exc))
+                outcomes.append(ToolOutcome.from_exception(exc))
                 continue
-            outcomes.append(value if isinstance(value, tuple) else (value, None))
+            outcomes.append(value if isinstance(value, ToolOutcome) else ToolOutcome.ok(value))
         return outcomes
 
     def _run_in_process(
-        self, jobs: Sequence[tuple[int, ToolCall, ToolCallback]], context: ToolContext, bound: int
-    ) -> list[tuple[str | None, BaseException | None]]:
+        self,
+        jobs: Sequence[PlannedCall],
+        callbacks: Sequence[ToolCallback],
+        context: ToolContext,
+        bound: int,
+    ) -> list[ToolOutcome]:
         bound = max(1, bound)
+        pairs = list(zip(jobs, callbacks, strict=True))
         native_async = type(self).call_tool is DefaultToolCallingManager.call_tool
         if native_async and all(
-            isinstance(cb, FunctionToolCallback) and cb.is_async for _, _, cb in jobs
+            isinstance(cb, FunctionToolCallback) and cb.is_async for cb in callbacks
         ):
             # Only async tools: run them together on the shared event loop, no threads.
-            async def gather() -> list[tuple[str | None, BaseException | None]]:
+            async def gather() -> list[ToolOutcome]:
                 semaphore = asyncio.Semaphore(bound)
 
-                async def one(
-                    call: ToolCall, callback: ToolCallback
-                ) -> tuple[str | None, BaseException | None]:
+                async def one(call: ToolCall, callback: ToolCallback) -> ToolOutcome:
                     async with semaphore:
                         return await self._ainvoke(callback, call, context)
 
-                return list(await asyncio.gather(*(one(call, cb) for _, call, cb in jobs)))
+                return list(await asyncio.gather(*(one(job.call, cb) for job, cb in pairs)))
 
             return run_sync(gather())
         # In a mixed batch an async tool holds a worker while its coroutine runs on the shared
@@ -522,9 +531,9 @@ class DefaultToolCallingManager(ToolCallingManager):
             ) as pool:
                 futures = [
                     pool.submit(
-                        contextvars.copy_context().run, self._invoke, callback, call, context
+                        contextvars.copy_context().run, self._invoke, callback, job.call, context
                     )
-                    for _, call, callback in jobs
+                    for job, callback in pairs
                 ]
                 return [future.result() for future in futures]
         # The shared pool keeps its threads between batches (starting threads per batch costs
@@ -532,12 +541,12 @@ class DefaultToolCallingManager(ToolCallingManager):
         # never queues behind the calls of other turns until the pool itself is full.
         pool = _shared_pool()
         slots = threading.BoundedSemaphore(min(bound, len(jobs)))
-        shared_futures: list[Future[tuple[str | None, BaseException | None]]] = []
-        for _, call, callback in jobs:
+        shared_futures: list[Future[ToolOutcome]] = []
+        for job, callback in pairs:
             slots.acquire()
             # Each call sees the caller's context variables (tracing, request-scoped state).
             future = pool.submit(
-                contextvars.copy_context().run, self._invoke, callback, call, context
+                contextvars.copy_context().run, self._invoke, callback, job.call, context
             )
             future.add_done_callback(lambda _: slots.release())
             shared_futures.append(future)
@@ -546,35 +555,45 @@ class DefaultToolCallingManager(ToolCallingManager):
     def _error_response(
         self,
         call: ToolCall,
-        callback: ToolCallback,
-        error: BaseException,
+        definition: ToolDefinition,
+        outcome: ToolOutcome,
         strict: bool,
         max_chars: int | None,
     ) -> ToolResponse:
-        failure = error.cause if isinstance(error, ToolExecutionException) else error
-        if isinstance(failure, ToolFailure):
+        if outcome.kind is not ToolOutcomeKind.ERROR or outcome.is_a(ToolFailure):
+            # Timeouts, unknown outcomes and ToolFailure carry a text written for the model.
             logger.info(
                 "Tool %s (call %s) reported a failure to the model", _quote_name(call.name), call.id
             )
-            return ToolResponse(call.id, call.name, _truncate(str(failure), max_chars), True)
-        if isinstance(error, ToolArgumentsError):
+            return ToolResponse(call.id, call.name, _truncate(outcome.text, max_chars), True)
+        if outcome.is_a(ToolArgumentsError):
             if strict:
-                raise error
+                cause = outcome.cause
+                raise cause if cause is not None else ToolArgumentsError(call.name, outcome.text)
             logger.info("Rejected arguments for tool %s (call %s)", _quote_name(call.name), call.id)
-            return ToolResponse(call.id, call.name, str(error), is_error=True)
-        if not isinstance(error, ToolExecutionException):
-            error = ToolExecutionException(callback.definition, error)
+            return ToolResponse(call.id, call.name, outcome.text, is_error=True)
+        cause = outcome.cause
         logger.error(
             "Tool %s (call %s) raised %s",
             _quote_name(call.name),
             call.id,
-            type(error.cause).__name__,
-            exc_info=(type(error.cause), error.cause, error.cause.__traceback__),
+            outcome.type_name,
+            exc_info=(type(cause), cause, cause.__traceback__) if cause is not None else None,
         )
         processor = self.exception_processor
         if processor is None:
             processor = DefaultToolExecutionExceptionProcessor(
                 always_throw=core_settings().throw_exception_on_error
             )
-        text = processor.process(error)
+        text = processor.process_outcome(definition, outcome)
         return ToolResponse(call.id, call.name, _truncate(text, max_chars), is_error=True)
+
+
+def _context(options: ChatOptions | None) -> ToolContext:
+    raw = options.tool_context if isinstance(options, ToolCallingChatOptions) else None
+    return ToolContext(raw) if raw else _EMPTY_CONTEXT
+
+
+def _bare_definition(name: str) -> ToolDefinition:
+    """The definition of a tool the request no longer offers (for the exception processor)."""
+    return ToolDefinition(name, "", {"type": "object", "properties": {}, "required": []})
