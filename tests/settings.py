@@ -30,8 +30,11 @@ CELERY_RESULT_BACKEND = "cache+memory://"
 
 # Whatever OPENAI_* says in the environment, tests never talk to a real model: the port is
 # closed, so a client that escapes its mock fails fast instead of spending tokens.
+# CLASS: the model a test installed (tests/django/_tools.py chat_model), else the OpenAI
+# adapter configured here.
 TOOL_CALLING = {
     "CHAT_MODEL": {
+        "CLASS": "tests.django._tools.current_chat_model",
         "MODEL": "test-model",
         "BASE_URL": "http://127.0.0.1:9/v1",
         "API_KEY": "test-key",

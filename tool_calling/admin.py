@@ -28,7 +28,8 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext, ngettext_lazy
 
-from tool_calling import approvals, models
+from tool_calling import models
+from tool_calling.calls import approvals
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 from tool_calling.registry import registry
 

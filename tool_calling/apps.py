@@ -19,19 +19,27 @@ class SimpleToolCallingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the system checks and hand the core its settings; no database access."""
+        """Register checks, hand the core its settings, connect receivers; no database access."""
+        import importlib.util
+
         from django.core import checks
         from django.db.models.signals import post_migrate
 
         from tool_calling import checks as tool_calling_checks
         from tool_calling.conf import django_core_settings
         from tool_calling.core._settings import set_core_settings_provider
+        from tool_calling.runs import receivers
         from tool_calling.sync import post_migrate_sync
 
         checks.register(tool_calling_checks.check_settings, tool_calling_checks.TAG)
         set_core_settings_provider(django_core_settings)
         # Mirror the registry into the Tool table after migrate (never here: no DB in ready()).
         post_migrate.connect(post_migrate_sync, sender=self, dispatch_uid="tool_calling_sync")
+        # Durable runs advance when their calls end (the calls only send signals).
+        receivers.connect()
+        if importlib.util.find_spec("celery") is not None:
+            # Registers the tasks with every Celery app, so calls.dispatch finds them by name.
+            from tool_calling import tasks  # noqa: F401
 
 
 class ToolCallingConfig(SimpleToolCallingConfig):

@@ -13,8 +13,9 @@ tool_calling.E006   ``TOOL_CALLING``, or one of its dict-valued keys, is not a d
 tool_calling.E007   ``EXECUTION["MODE"]`` is ``"celery"`` but Celery is not installed.
 tool_calling.E008   A flag (``NEW_TOOLS_ENABLED``, ``STRICT_TOOL_CALLS``, ...) that is not
                     ``True`` or ``False``.
-tool_calling.E009   A dotted path (``AUDIT_REDACTOR``) that does not import, or does not name
-                    a callable.
+tool_calling.E009   A dotted path (``AUDIT_REDACTOR``, ``CHAT_MODEL["CLASS"]``,
+                    ``API["PERMISSION_CLASSES"]``) that does not import, or does not name a
+                    callable; ``CHAT_MODEL["ARGUMENTS"]`` that is not a dict.
 tool_calling.E010   The broker's visibility timeout is not longer than the longest time a task
                     may hold its message (the hard time limit of a tool call,
                     ``CELERY_TASK_TIME_LIMIT``): the broker would deliver it again while it runs
@@ -152,6 +153,8 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
     for key in ("MAX_CALLS_PER_TOOL_DEFAULT", "MAX_TOTAL_TOOL_CALLS"):
         if limits[key] is not None and not _is_positive_int(limits[key]):
             errors.append(_limit_error("LIMITS", key))
+    if not _is_positive_int(limits["MAX_TOOL_ROUNDS"]):
+        errors.append(_limit_error("LIMITS", "MAX_TOOL_ROUNDS", allow_none=False))
 
     per_tool = limits["MAX_CALLS_PER_TOOL"]
     if not isinstance(per_tool, Mapping):
@@ -263,47 +266,74 @@ def _closest_import_path(path: str) -> str | None:
     return ".".join([*parts[:index], matches[0], *parts[index + 1 :]]) if matches else None
 
 
+def _check_dotted(keys: tuple[object, ...], value: Any, *, allow_none: bool) -> list[CheckMessage]:
+    """One dotted path (or a callable) at ``TOOL_CALLING[keys...]``."""
+    if (value is None and allow_none) or callable(value):
+        return []
+    path = _path(*keys)
+    if not isinstance(value, str):
+        expected = (
+            "a dotted import path, a callable or None"
+            if allow_none
+            else ("a dotted import path or a callable")
+        )
+        return [Error(f"The value of '{path}' must be {expected}.", id="tool_calling.E009")]
+    try:
+        imported = import_string(value)
+    except Exception as exc:  # a module that fails on import is a bad path, not a crash
+        closest = _closest_import_path(value)
+        return [
+            Error(
+                f"The value of '{path}' must be an importable dotted path; {value!r} could "
+                f"not be imported ({type(exc).__name__}: {exc}).",
+                hint=(
+                    f"Did you mean {closest!r}?"
+                    if closest
+                    else "Use the dotted path of a callable, e.g. 'myproject.audit.redact'"
+                    + (", or None." if allow_none else ".")
+                ),
+                id="tool_calling.E009",
+            )
+        ]
+    if not callable(imported):
+        return [
+            Error(
+                f"The value of '{path}' must name a callable; {value!r} is a "
+                f"{type(imported).__name__}.",
+                id="tool_calling.E009",
+            )
+        ]
+    return []
+
+
 def _check_import_strings(values: Mapping[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for key in sorted(IMPORT_STRINGS):
-        value = values[key]
-        if value is None or callable(value):
-            continue
-        path = _path(key)
-        if not isinstance(value, str):
-            errors.append(
-                Error(
-                    f"The value of '{path}' must be a dotted import path, a callable or None.",
-                    id="tool_calling.E009",
-                )
+        errors += _check_dotted((key,), values[key], allow_none=True)
+    errors += _check_dotted(
+        ("CHAT_MODEL", "CLASS"), values["CHAT_MODEL"]["CLASS"], allow_none=False
+    )
+    arguments = values["CHAT_MODEL"]["ARGUMENTS"]
+    if not isinstance(arguments, Mapping) or not all(isinstance(k, str) for k in arguments):
+        errors.append(
+            Error(
+                f"The value of '{_path('CHAT_MODEL', 'ARGUMENTS')}' must be a dict of keyword "
+                "arguments for CHAT_MODEL['CLASS'].",
+                id="tool_calling.E009",
             )
-            continue
-        try:
-            imported = import_string(value)
-        except Exception as exc:  # a module that fails on import is a bad path, not a crash
-            closest = _closest_import_path(value)
-            errors.append(
-                Error(
-                    f"The value of '{path}' must be an importable dotted path; {value!r} could "
-                    f"not be imported ({type(exc).__name__}: {exc}).",
-                    hint=(
-                        f"Did you mean {closest!r}?"
-                        if closest
-                        else "Use the dotted path of a callable, e.g. 'myproject.audit.redact', "
-                        "or None."
-                    ),
-                    id="tool_calling.E009",
-                )
+        )
+    classes = values["API"]["PERMISSION_CLASSES"]
+    if not isinstance(classes, list | tuple):
+        errors.append(
+            Error(
+                f"The value of '{_path('API', 'PERMISSION_CLASSES')}' must be a list of dotted "
+                "paths of DRF permission classes.",
+                id="tool_calling.E009",
             )
-            continue
-        if not callable(imported):
-            errors.append(
-                Error(
-                    f"The value of '{path}' must name a callable; {value!r} is a "
-                    f"{type(imported).__name__}.",
-                    id="tool_calling.E009",
-                )
-            )
+        )
+    else:
+        for index, value in enumerate(classes):
+            errors += _check_dotted(("API", "PERMISSION_CLASSES", index), value, allow_none=False)
     return errors
 
 

@@ -18,11 +18,10 @@ and reads them as attributes::
     settings.LIMITS["MAX_TOTAL_TOOL_CALLS"]  # 50
     settings.LIMITS["MAX_CALLS_PER_TOOL_DEFAULT"]  # 40, the default: LIMITS was merged
 
-Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``TOOL_SEARCH``, ``API``,
-``APPROVALS``, ``MCP``) are merged one level deep with their defaults, so overriding one limit
-keeps the others. Unlike Django REST framework, which replaces a dict-valued setting whole.
-Values one level further down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``,
-``MCP["SERVERS"]``) are taken as given.
+Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``API``, ``APPROVALS``) are
+merged one level deep with their defaults, so overriding one limit keeps the others. Unlike
+Django REST framework, which replaces a dict-valued setting whole. Values one level further
+down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``) are taken as given.
 
 Keys listed in ``IMPORT_STRINGS`` (``AUDIT_REDACTOR``) take a dotted path, imported on first
 access (a callable or ``None`` is taken as given); a path that does not import raises an
@@ -63,9 +62,14 @@ SETTING_NAME = "TOOL_CALLING"
 
 DEFAULTS: dict[str, Any] = {
     # --- Chat model ------------------------------------------------------------------------
-    # The OpenAI-compatible chat model used by the Django entry points (manage.py chat, the
-    # background runs, the API).
+    # The chat model of every governed path (manage.py chat, the background runs, the API).
     "CHAT_MODEL": {
+        # Dotted path to a ChatModel subclass, or to a function returning a ChatModel, called
+        # with ARGUMENTS for each turn. The default is the OpenAI-compatible adapter, which
+        # reads the keys below.
+        "CLASS": "tool_calling.core.providers.openai.OpenAIChatModel",
+        # Keyword arguments for CLASS.
+        "ARGUMENTS": {},
         # Model name sent with every request, e.g. "gpt-4o-mini" or "llama3.1" (Spring AI's
         # default for OpenAI is "gpt-4o-mini", too).
         "MODEL": "gpt-4o-mini",
@@ -124,6 +128,9 @@ DEFAULTS: dict[str, Any] = {
         "EXCLUDED_TOOLS": [],
         # Calls allowed across all tools per turn.
         "MAX_TOTAL_TOOL_CALLS": 150,
+        # Model calls one turn may make before the loop stops, whatever the call limits say
+        # (in-process turns and background runs alike).
+        "MAX_TOOL_ROUNDS": 100,
         # "THROW" ends the turn with ToolCallLimitExceededException; "RETURN_ERROR_RESPONSE"
         # answers the breaching call with an error the model sees, and goes on.
         "ON_LIMIT_EXCEEDED": "THROW",
@@ -162,19 +169,11 @@ DEFAULTS: dict[str, Any] = {
     # applied to a call's "arguments", "result" and "error" before they are stored in the
     # audit, then cut to AUDIT_MAX_CHARS (mask secrets there). None = store them as they are.
     "AUDIT_REDACTOR": None,
-    # --- Observability ----------------------------------------------------------------------
-    # spring.ai.model.tool.observations.include-content: put tool arguments and results into
-    # logs and traces. Off by default, since they may carry personal data or secrets.
-    "OBSERVATIONS_INCLUDE_CONTENT": False,
-    # --- Progressive tool disclosure --------------------------------------------------------
-    "TOOL_SEARCH": {
-        # Send the model a search tool instead of every tool definition.
-        "ENABLED": False,
-        # Tools a search returns at most.
-        "MAX_RESULTS": 5,
-    },
     # --- HTTP API (tool_calling.api) --------------------------------------------------------
     "API": {
+        # Dotted paths of the DRF permission classes every view of tool_calling.api requires
+        # (on top of each view's own owner and approver rules, which always apply).
+        "PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
         # Longest user message, in characters, that POST .../messages/ accepts (400 beyond).
         "MAX_MESSAGE_CHARS": 32000,
         # Longest ?wait=N, in seconds, a client may ask POST .../messages/ to wait for its run.
@@ -194,11 +193,6 @@ DEFAULTS: dict[str, Any] = {
         # Whether the user whose turn made a call may approve it (staff testing their own
         # tools). False = four eyes: someone else must approve; anyone may still deny.
         "ALLOW_SELF_APPROVAL": True,
-    },
-    # --- MCP --------------------------------------------------------------------------------
-    "MCP": {
-        # MCP servers whose tools become tool sources, by alias: {"alias": {...}}.
-        "SERVERS": {},
     },
 }
 
@@ -310,8 +304,8 @@ def django_core_settings() -> CoreSettings:
         max_result_chars=settings.MAX_RESULT_CHARS,
         max_concurrent_calls=settings.EXECUTION["MAX_CONCURRENT_CALLS"],
         limits=tool_call_limits,
-        resolution_fallback_enabled=settings.RESOLUTION_FALLBACK_ENABLED,
         tool_calling_advisor_auto_register=settings.TOOL_CALLING_ADVISOR_AUTO_REGISTER,
+        max_tool_rounds=limits["MAX_TOOL_ROUNDS"],
         chat_model=MappingProxyType(copy.deepcopy(settings.CHAT_MODEL)),
     )
 

@@ -10,6 +10,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from tool_calling.conf import broker_visibility_timeout, hard_time_limit
+
 
 class ExecutionMode(models.TextChoices):
     """Where a tool's calls run."""
@@ -122,8 +124,6 @@ class Tool(models.Model):
 
     def clean(self) -> None:
         """Refuse a timeout whose hard limit the broker would not wait for (R7)."""
-        from tool_calling.conf import broker_visibility_timeout, hard_time_limit
-
         visibility = broker_visibility_timeout()
         if self.timeout is not None and visibility is not None:
             if hard_time_limit(self.timeout) >= visibility:

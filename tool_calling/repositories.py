@@ -22,7 +22,14 @@ from tool_calling.core.chat.messages import (
     UserMessage,
 )
 
-__all__ = ["DjangoChatMemoryRepository", "message_from_row", "message_to_fields"]
+__all__ = [
+    "MESSAGE_FIELDS",
+    "DjangoChatMemoryRepository",
+    "conversation_pk",
+    "message_from_row",
+    "message_from_values",
+    "message_to_fields",
+]
 
 
 def message_to_fields(message: Message) -> dict[str, Any]:
@@ -63,19 +70,21 @@ def message_to_fields(message: Message) -> dict[str, Any]:
 
 def message_from_row(row: models.Message) -> Message:
     """Return the chat message a ``Message`` row stores (identical to what was saved)."""
-    return _message(row.role, row.text, row.tool_calls, row.tool_responses, row.metadata)
+    return message_from_values(row.role, row.text, row.tool_calls, row.tool_responses, row.metadata)
 
 
-_FIELDS = ("role", "text", "tool_calls", "tool_responses", "metadata")
+MESSAGE_FIELDS = ("role", "text", "tool_calls", "tool_responses", "metadata")
+"""The ``Message`` fields a chat message is built from (``message_from_values``)."""
 
 
-def _message(
+def message_from_values(
     role: str,
     text: str | None,
     tool_calls: list[dict[str, Any]],
     tool_responses: list[dict[str, Any]],
     metadata: dict[str, Any],
 ) -> Message:
+    """Return the chat message stored as these ``MESSAGE_FIELDS`` values."""
     if role == models.MessageRole.ASSISTANT:
         return AssistantMessage(
             text,
@@ -95,7 +104,12 @@ def _message(
     return UserMessage(text or "")
 
 
-def _conversation_pk(conversation_id: str | uuid.UUID) -> uuid.UUID:
+def conversation_pk(conversation_id: str | uuid.UUID) -> uuid.UUID:
+    """Return ``conversation_id`` as the UUID that names a stored conversation.
+
+    Raises:
+        ValueError: it is not a UUID.
+    """
     if isinstance(conversation_id, uuid.UUID):
         return conversation_id
     try:
@@ -123,19 +137,28 @@ class DjangoChatMemoryRepository(ChatMemoryRepository):
         self, conversation_id: str, limit: int | None = None
     ) -> list[Message]:
         """Return the conversation's messages, oldest first (only the last ``limit`` if given)."""
-        rows = models.Message.objects.filter(conversation_id=_conversation_pk(conversation_id))
+        rows = models.Message.objects.filter(conversation_id=conversation_pk(conversation_id))
         # Only the fields a message needs, as tuples: model instances cost more than the query.
         if limit:
-            latest = list(rows.order_by("-sequence").values_list(*_FIELDS)[:limit])
+            latest = list(rows.order_by("-sequence").values_list(*MESSAGE_FIELDS)[:limit])
             latest.reverse()
-            return [_message(*values) for values in latest]
-        return [_message(*values) for values in rows.order_by("sequence").values_list(*_FIELDS)]
+            return [message_from_values(*values) for values in latest]
+        return [
+            message_from_values(*values)
+            for values in rows.order_by("sequence").values_list(*MESSAGE_FIELDS)
+        ]
 
     def add(self, conversation_id: str, messages: Sequence[Message]) -> None:
         """Append ``messages`` after the conversation's last message."""
+        self.append(conversation_id, messages)
+
+    def append(
+        self, conversation_id: str | uuid.UUID, messages: Sequence[Message]
+    ) -> list[models.Message]:
+        """Append ``messages`` after the conversation's last message; returns the new rows."""
         if not messages:
-            return
-        pk = _conversation_pk(conversation_id)
+            return []
+        pk = conversation_pk(conversation_id)
         with transaction.atomic():
             # The UPDATE both touches updated_at (lists sort by activity) and locks the row
             # until commit, so concurrent appends take their sequence numbers one after another.
@@ -148,14 +171,14 @@ class DjangoChatMemoryRepository(ChatMemoryRepository):
                 ]
                 or 0
             )
-            models.Message.objects.bulk_create(
+            return models.Message.objects.bulk_create(
                 models.Message(conversation_id=pk, sequence=last + offset, **fields)
                 for offset, fields in enumerate((message_to_fields(m) for m in messages), start=1)
             )
 
     def save_all(self, conversation_id: str, messages: Sequence[Message]) -> None:
         """Replace the conversation's messages with ``messages``."""
-        pk = _conversation_pk(conversation_id)
+        pk = conversation_pk(conversation_id)
         with transaction.atomic():
             models.Conversation.objects.select_for_update().get_or_create(pk=pk)
             models.Message.objects.filter(conversation_id=pk).delete()
@@ -163,4 +186,4 @@ class DjangoChatMemoryRepository(ChatMemoryRepository):
 
     def delete_by_conversation_id(self, conversation_id: str) -> None:
         """Delete the conversation's messages (the conversation row stays)."""
-        models.Message.objects.filter(conversation_id=_conversation_pk(conversation_id)).delete()
+        models.Message.objects.filter(conversation_id=conversation_pk(conversation_id)).delete()

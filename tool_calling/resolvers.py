@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import Group
-from django.db.models import Q
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, QuerySet, Value
 
 from tool_calling import models
 from tool_calling.core.execution.limits import ToolCallLimits
@@ -24,13 +24,25 @@ __all__ = [
 ]
 
 
-def _group_ids(user: Any) -> set[int] | None:
-    """The user's group ids; ``None`` means every group (superusers)."""
+def _user_groups(user: Any) -> QuerySet[Group]:
+    """The user's groups, as a subquery (one round trip, however many groups)."""
+    return Group.objects.filter(user=user.pk)
+
+
+def _usable(user: Any) -> Any:
+    """A condition on ``Tool`` rows: their allowed groups let ``user`` use them.
+
+    A tool with no allowed groups is open to everyone; otherwise to superusers and members of
+    one of its groups. Enablement is not part of it (callers filter on it or read it).
+    """
+    through = models.Tool.allowed_groups.through
+    restricted = Exists(through.objects.filter(tool_id=OuterRef("pk")))
     if user is None or not getattr(user, "is_authenticated", False):
-        return set()
+        return ~restricted
     if getattr(user, "is_superuser", False):
-        return None
-    return set(user.groups.values_list("pk", flat=True))
+        return Value(True)
+    member = Exists(through.objects.filter(tool_id=OuterRef("pk"), group_id__in=_user_groups(user)))
+    return ExpressionWrapper(~restricted | member, BooleanField())
 
 
 def approval_required(name: str, user: Any = None) -> bool | None:
@@ -41,13 +53,7 @@ def approval_required(name: str, user: Any = None) -> bool | None:
     One query, read at call time: the re-check before a call runs (an operator may have changed
     the tool since the turn's snapshot).
     """
-    tools = models.Tool.objects.filter(name=name, enabled=True, missing=False)
-    if user is None or not getattr(user, "is_authenticated", False):
-        tools = tools.filter(allowed_groups__isnull=True)
-    elif not getattr(user, "is_superuser", False):
-        # The user's groups as a subquery: one round trip, however many groups.
-        groups = Group.objects.filter(user=user.pk).values("pk")
-        tools = tools.filter(Q(allowed_groups__isnull=True) | Q(allowed_groups__in=groups))
+    tools = models.Tool.objects.filter(_usable(user), name=name, enabled=True, missing=False)
     found = list(tools.values_list("requires_approval", flat=True)[:1])
     return None if not found else bool(found[0])
 
@@ -95,20 +101,19 @@ class GovernedTools:
     def __init__(self, user: Any = None, tool_registry: ToolRegistry | None = None) -> None:
         self.user = user
         self.registry = registry if tool_registry is None else tool_registry
-        group_ids = _group_ids(user)
+        # One query: the rows, their limit overrides, and whether the user's groups allow them.
         rows = (
             models.Tool.objects.filter(name__in=list(self.registry))
             .select_related("limit_override")
-            .prefetch_related("allowed_groups")
+            .annotate(usable=_usable(user))
         )
         self.rows: dict[str, models.Tool] = {row.name: row for row in rows}
+        """The ``Tool`` rows of the registered tools, by name (any state)."""
         self.available: dict[str, ToolCallback] = {}
+        """The callbacks ``user`` may use now, in registry order."""
         for name in self.registry:
             row = self.rows.get(name)
-            if row is None or not row.is_available:
-                continue
-            allowed = {group.pk for group in row.allowed_groups.all()}
-            if allowed and group_ids is not None and not (allowed & group_ids):
+            if row is None or not row.is_available or not getattr(row, "usable", False):
                 continue
             callback = self.registry.get(name)
             if callback is not None:

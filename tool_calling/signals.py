@@ -1,7 +1,20 @@
-"""Django signals of tool_calling, for projects that react to governance events.
+"""Django signals of tool_calling: what happened to tool calls and approvals, for any receiver.
 
-Receivers run in the process that made the change, after its transaction committed, so they
-see the stored rows; a receiver that raises is logged and does not undo anything.
+Every signal is sent once the transaction that made the change committed (``send_on_commit``),
+in the process that made it, so receivers see the stored rows; a receiver that raises is logged
+and undoes nothing. tool_calling itself listens to them: a durable run advances when one of its
+calls ends (``tool_calling.runs.receivers``), so the code that ends a call never has to know
+about runs.
+
+``tool_call_started``
+    A call began to run (in-process, or claimed by a Celery worker). Sent with
+    ``execution_id``, ``run_id`` (``None`` outside durable runs), ``tool_call_id``,
+    ``tool_name`` and ``attempt``.
+
+``tool_call_finished``
+    A call ended in a terminal state (succeeded, failed, refused, timed out, outcome unknown,
+    denied). Sent with ``execution_id``, ``run_id``, ``assistant_message_id``,
+    ``tool_call_id``, ``tool_name``, ``status``, ``is_error``, ``duration_ms`` and ``attempt``.
 
 ``approval_requested``
     A call of a tool that requires approval is waiting for a person. Sent with
@@ -31,9 +44,23 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import Signal
 
-__all__ = ["approval_decided", "approval_requested", "send_on_commit"]
+__all__ = [
+    "approval_decided",
+    "approval_requested",
+    "send_on_commit",
+    "tool_call_finished",
+    "tool_call_started",
+]
 
 logger = logging.getLogger("tool_calling.signals")
+
+tool_call_started = Signal()
+"""A call began to run: ``execution_id``, ``run_id``, ``tool_call_id``, ``tool_name``,
+``attempt``."""
+
+tool_call_finished = Signal()
+"""A call ended: ``execution_id``, ``run_id``, ``assistant_message_id``, ``tool_call_id``,
+``tool_name``, ``status``, ``is_error``, ``duration_ms``, ``attempt``."""
 
 approval_requested = Signal()
 """A call waits for a person's approval: ``execution``, ``run``."""
@@ -42,16 +69,19 @@ approval_decided = Signal()
 """A waiting call was approved, denied or expired: ``execution``, ``decision``."""
 
 
+def send_robust(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    """Send ``signal`` now; a receiver's error is logged, not raised."""
+    for receiver, result in signal.send_robust(sender, **kwargs):
+        if isinstance(result, Exception):
+            logger.error(
+                "A receiver of a tool_calling signal failed: %r",
+                receiver,
+                exc_info=(type(result), result, result.__traceback__),
+            )
+
+
 def send_on_commit(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` once the current transaction commits; receivers' errors are logged."""
-
-    def send() -> None:
-        for receiver, result in signal.send_robust(sender, **kwargs):
-            if isinstance(result, Exception):
-                logger.error(
-                    "A receiver of a tool_calling signal failed: %r",
-                    receiver,
-                    exc_info=(type(result), result, result.__traceback__),
-                )
-
-    transaction.on_commit(send)
+    if not signal.has_listeners(sender):
+        return
+    transaction.on_commit(lambda: send_robust(signal, sender, **kwargs))

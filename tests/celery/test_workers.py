@@ -22,6 +22,8 @@ from django.db import connections
 from django.utils import timezone
 
 from tool_calling import models, tasks
+from tool_calling.calls import lifecycle
+from tool_calling.calls.dispatch import Dispatch, dispatch
 from tool_calling.core.chat.messages import ToolResponse, ToolResponseMessage
 from tool_calling.governance import governed_chat_client
 from tool_calling.sync import sync_tools
@@ -207,12 +209,12 @@ def test_sigkill_of_the_child_mid_call_never_reruns_a_non_idempotent_tool():
 
     assert background.result() == "Done"
     assert responses(model) == [
-        ToolResponse("call_1", "crash_prone_unsafe", tasks.UNKNOWN_OUTCOME_TEXT, is_error=True)
+        ToolResponse("call_1", "crash_prone_unsafe", lifecycle.UNKNOWN_OUTCOME_TEXT, is_error=True)
     ]
     time.sleep(1)  # a redelivery, had there been one, would have run by now
     assert runs("crash_prone_unsafe") == [(pid, "k2")]
     row = models.ToolExecution.objects.get()
-    assert (row.status, row.attempt, row.result) == ("unknown", 1, tasks.UNKNOWN_OUTCOME_TEXT)
+    assert (row.status, row.attempt, row.result) == ("unknown", 1, lifecycle.UNKNOWN_OUTCOME_TEXT)
 
 
 def test_r5_a_stalled_attempt_is_taken_over_and_its_late_result_discarded(workers):
@@ -255,7 +257,8 @@ def _pending_call(name: str, arguments: dict[str, Any], **fields: Any) -> models
 
 def test_r2_the_same_call_delivered_twice_runs_the_tool_once(workers):
     call = _pending_call("sleepy", {"key": "twice", "seconds": 1})
-    assert tasks.dispatch(call.pk) and tasks.dispatch(call.pk)  # two messages for one call
+    message = Dispatch.of(call)
+    assert dispatch(message) and dispatch(message)  # two messages for one call
 
     def both_deliveries_handled() -> bool:
         logs = "".join(worker.log_text() for worker in workers)

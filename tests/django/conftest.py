@@ -1,27 +1,22 @@
 """Fixtures shared by the Django-level tests."""
 
-from unittest import mock
+from contextlib import ExitStack
 
 import pytest
 
+from tests.django._tools import chat_model
 from tool_calling.testing import ScriptedChatModel
 
 
 @pytest.fixture
 def script():
-    """``script(*steps)`` makes the model of durable runs a ``ScriptedChatModel`` (returned).
+    """``script(*steps)`` makes the model of governed paths a ``ScriptedChatModel`` (returned).
 
-    Patched where the runs get their model (``runs.default_chat_model``), until the test ends.
+    Set through ``TOOL_CALLING["CHAT_MODEL"]["CLASS"]`` until the test ends.
     """
-    patchers = []
+    with ExitStack() as stack:
 
-    def make(*steps):
-        model = ScriptedChatModel(list(steps))
-        patcher = mock.patch("tool_calling.runs.default_chat_model", return_value=model)
-        patcher.start()
-        patchers.append(patcher)
-        return model
+        def make(*steps):
+            return stack.enter_context(chat_model(ScriptedChatModel(list(steps))))
 
-    yield make
-    for patcher in patchers:
-        patcher.stop()
+        yield make

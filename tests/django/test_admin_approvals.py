@@ -21,6 +21,7 @@ from django.test import RequestFactory, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
+from tests.django._tools import tool_calling_settings
 from tests.fixtures import approval_tools
 from tests.fixtures.approval_tools import (
     ONE_TRANSFER,
@@ -31,8 +32,9 @@ from tests.fixtures.approval_tools import (
     start_gated_run,
 )
 from tests.fixtures.redactors import SECRET
-from tool_calling import approvals, models
+from tool_calling import models
 from tool_calling.admin import ApprovalQueueAdmin
+from tool_calling.calls import approvals
 from tool_calling.testing import tool_call
 
 pytestmark = pytest.mark.django_db
@@ -533,7 +535,9 @@ def test_unchanged_arguments_approve_the_models_own(
     assert decision_log(call) == [(admin_user.pk, "Approved.")]
 
 
-@override_settings(TOOL_CALLING={"AUDIT_REDACTOR": "tests.fixtures.redactors.redact"})
+@override_settings(
+    TOOL_CALLING=tool_calling_settings(AUDIT_REDACTOR="tests.fixtures.redactors.redact")
+)
 @pytest.mark.django_db(transaction=True)
 def test_redacted_arguments_left_unchanged_run_with_the_exact_ones(
     admin_client: Any, alice: Any, gated_tool: None
@@ -720,7 +724,9 @@ def test_approve_action_leaves_ones_own_calls_waiting_when_self_approval_is_off(
     with scripted_model(*ONE_TRANSFER):
         run = start_gated_run(admin_user)
         [call] = gated_calls(run)
-        with override_settings(TOOL_CALLING={"APPROVALS": {"ALLOW_SELF_APPROVAL": False}}):
+        with override_settings(
+            TOOL_CALLING=tool_calling_settings(APPROVALS={"ALLOW_SELF_APPROVAL": False})
+        ):
             response = run_action(admin_client, "approve_selected", [call])
     assert any("another person must approve" in m for m in page_messages(response))
     call.refresh_from_db()

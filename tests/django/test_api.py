@@ -1,8 +1,8 @@
 """The REST API (issue #6 item 1): tools, conversations, turns and runs over DRF.
 
 Celery runs eagerly (tests.settings), so a turn started through the API has run by the time the
-POST answers; tests that need a run still queued patch ``runs._publish``. The model is a
-``ScriptedChatModel`` patched in where the runs get theirs (``runs.default_chat_model``).
+POST answers; tests that need a run still queued patch ``runs.lifecycle.publish``. The model is a
+``ScriptedChatModel`` set as ``CHAT_MODEL`` (the ``script`` fixture).
 """
 
 from unittest import mock
@@ -86,7 +86,7 @@ def send(client, conversation, text_="Go", query=""):
 
 def queued(client, conversation, text_="Go"):
     """Start a turn whose first step is not sent: the run stays queued."""
-    with mock.patch.object(runs, "_publish"):
+    with mock.patch.object(runs.lifecycle, "publish"):
         response = send(client, conversation, text_)
     assert response.status_code == 202, response.data
     return models.Run.objects.get(pk=response.data["id"])
@@ -218,7 +218,7 @@ def test_wait_answers_200_with_the_finished_run(alice, script):
 def test_wait_answers_202_when_the_run_did_not_finish_in_time(alice, script):
     script(text("Hello"))
     conversation = conversation_of(alice)
-    with mock.patch.object(runs, "_publish"):
+    with mock.patch.object(runs.lifecycle, "publish"):
         response = send(client_for(alice), conversation, "Hi", "?wait=1")
     assert response.status_code == 202, response.data
     assert response.data["status"] == "queued"

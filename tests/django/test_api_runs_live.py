@@ -18,8 +18,9 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.django._api import client_for, url
-from tests.django._tools import registered
-from tool_calling import approvals, models, tasks, tool
+from tests.django._tools import registered, tool_calling_settings
+from tool_calling import models, tasks, tool
+from tool_calling.calls import approvals
 from tool_calling.testing import text, tool_call, tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -358,7 +359,9 @@ def test_sse_follows_a_waiting_run_live_until_it_ends(alice, staff, script):
     assert len(events) == len(set(e["id"] for e in parse_sse(raw)))
 
 
-@override_settings(TOOL_CALLING={"API": {"SSE_KEEPALIVE_SECONDS": 1, "SSE_MAX_SECONDS": 3}})
+@override_settings(
+    TOOL_CALLING=tool_calling_settings(API={"SSE_KEEPALIVE_SECONDS": 1, "SSE_MAX_SECONDS": 3})
+)
 def test_a_quiet_stream_sends_keepalives_and_closes_at_its_limit(alice, script):
     _, run = start(alice, script=script)  # waits for an approval nobody gives
     client = logged_in_async(alice)
@@ -501,7 +504,9 @@ def test_self_approval_can_be_turned_off(alice, script):
     alice.save()
     _, run = start(alice, script=script)
     call = gated(run)
-    with override_settings(TOOL_CALLING={"APPROVALS": {"ALLOW_SELF_APPROVAL": False}}):
+    with override_settings(
+        TOOL_CALLING=tool_calling_settings(APPROVALS={"ALLOW_SELF_APPROVAL": False})
+    ):
         refused = client_for(alice).post(url("tool-execution-approve", call.pk), {}, format="json")
         assert refused.status_code == 403
         assert "another person must approve it" in str(refused.data["detail"])

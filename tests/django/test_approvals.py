@@ -13,10 +13,12 @@ from django.contrib.auth.models import Permission, User
 from django.test import override_settings
 from django.utils import timezone
 
-from tests.django._tools import registered
-from tool_calling import approvals, models, runs, tasks, tool
+from tests.django._tools import registered, tool_calling_settings
+from tool_calling import models, runs, tasks, tool
+from tool_calling.calls import approvals
+from tool_calling.conversations import ConversationBusyError
 from tool_calling.exceptions import ToolArgumentsError
-from tool_calling.governance import ConversationBusyError, governed_chat_client
+from tool_calling.governance import governed_chat_client
 from tool_calling.sync import sync_tools
 from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
 
@@ -209,7 +211,7 @@ def test_an_approval_nobody_gives_in_time_expires_and_the_run_goes_on(alice, scr
     assert "nobody approved it in time" in tool_message(conversation)["wire_money"]["response_data"]
 
 
-@override_settings(TOOL_CALLING={"APPROVALS": {"EXPIRE_AFTER": None}})
+@override_settings(TOOL_CALLING=tool_calling_settings(APPROVALS={"EXPIRE_AFTER": None}))
 def test_without_expiry_a_pending_approval_waits(alice, script):
     _, run = start(alice, script=script)
     assert gated_call(run).approval_expires_at is None
@@ -259,10 +261,15 @@ def test_an_in_process_turn_refuses_a_gated_call_with_a_clear_text(alice):
 
 
 def test_a_worker_refuses_a_gated_call_nobody_approved(alice):
+    from tool_calling.calls.lifecycle import record_for_worker
     from tool_calling.core.chat.messages import ToolCall
-    from tool_calling.execution import record_call
 
-    row = record_call(ToolCall("c1", "wire_money", '{"account": "X", "amount": 1}'), {}, user=alice)
+    row = record_for_worker(
+        ToolCall("c1", "wire_money", '{"account": "X", "amount": 1}'),
+        {},
+        tool=models.Tool.objects.get(name="wire_money"),
+        user=alice,
+    )
     tasks.execute_tool_call(row.pk)
     row.refresh_from_db()
     assert row.status == "refused" and "approval" in row.result
@@ -323,7 +330,7 @@ def test_a_call_deleted_meanwhile_is_reported_as_not_waiting(alice, reviewer, sc
 def test_an_approval_is_bound_to_the_exact_arguments_approved(alice, reviewer, script):
     """S6: arguments changed after the approval (in the database) are refused by the worker."""
     _, run = start(alice, script=script)
-    with mock.patch("tool_calling.tasks.dispatch_on_commit"):  # approved, not sent yet
+    with mock.patch("tool_calling.calls.approvals.dispatch_on_commit"):  # approved, not sent yet
         decided = approvals.approve(gated_call(run), user=reviewer)
     exact = decided.payload["arguments"]
     assert decided.approved_arguments_sha256 == approvals.arguments_digest(exact)

@@ -10,10 +10,9 @@ from tool_calling.conf import DEFAULTS
 
 ACCEPTED_KEYS = (
     "API, APPROVALS, AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, CONVERSATION_TURN_TIMEOUT, "
-    "EXECUTION, LIMITS, MAX_RESULT_CHARS, MCP, "
-    "MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, OBSERVATIONS_INCLUDE_CONTENT, "
+    "EXECUTION, LIMITS, MAX_RESULT_CHARS, MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, "
     "RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
-    "TOOL_CALLING_ADVISOR_AUTO_REGISTER, TOOL_SEARCH"
+    "TOOL_CALLING_ADVISOR_AUTO_REGISTER"
 )
 REDACTOR = """TOOL_CALLING["AUDIT_REDACTOR"]"""
 
@@ -107,13 +106,12 @@ def test_e002_unknown_nested_key_without_a_close_match_lists_the_accepted_keys()
 
 
 def test_keys_two_levels_down_are_free_form():
-    """Tool names, model options and MCP aliases are the project's own keys."""
+    """Tool names, model options and the chat model's arguments are the project's own keys."""
     assert (
         run(
             {
                 "LIMITS": {"MAX_CALLS_PER_TOOL": {"anything": 1}},
-                "CHAT_MODEL": {"OPTIONS": {"top_p": 0.5}},
-                "MCP": {"SERVERS": {"github": {}}},
+                "CHAT_MODEL": {"OPTIONS": {"top_p": 0.5}, "ARGUMENTS": {"model": "x"}},
             }
         )
         == []
@@ -455,7 +453,6 @@ def test_e008_applies_to_every_flag():
         "RESOLUTION_FALLBACK_ENABLED",
         "TOOL_CALLING_ADVISOR_AUTO_REGISTER",
         "NEW_TOOLS_ENABLED",
-        "OBSERVATIONS_INCLUDE_CONTENT",
     ]
     errors = run(dict.fromkeys(flags, "yes"))
     assert [(error.id, error.msg) for error in errors] == [

@@ -11,6 +11,7 @@ from django.contrib.auth.models import AnonymousUser, Group, User
 from django.test import override_settings
 
 from tool_calling import ToolContext, models, tool
+from tool_calling.audit import audit_text
 from tool_calling.core.chat.messages import (
     AssistantMessage,
     ToolCall,
@@ -19,7 +20,7 @@ from tool_calling.core.chat.messages import (
     UserMessage,
 )
 from tool_calling.core.execution.limits import ToolCallLimits
-from tool_calling.governance import audit_text, governed_chat_client
+from tool_calling.governance import governed_chat_client
 from tool_calling.registry import ToolRegistry
 from tool_calling.repositories import DjangoChatMemoryRepository
 from tool_calling.resolvers import (
@@ -819,7 +820,7 @@ def test_a_refusal_is_told_to_the_model_even_when_exceptions_are_rethrown(govern
 
 
 def test_a_second_turn_on_a_busy_conversation_is_refused_cleanly(governed, conversation):
-    from tool_calling.governance import ConversationBusyError, conversation_turn
+    from tool_calling.conversations import ConversationBusyError, conversation_turn
 
     with conversation_turn(conversation.pk):
         model = ScriptedChatModel([text("never")])
@@ -858,7 +859,7 @@ def test_a_stale_claim_of_a_crashed_turn_is_taken_over(governed, conversation):
 
 
 def test_a_streamed_turn_holds_the_conversation_until_the_stream_ends(governed, conversation):
-    from tool_calling.governance import ConversationBusyError
+    from tool_calling.conversations import ConversationBusyError
 
     client = governed_chat_client(
         conversation=conversation,

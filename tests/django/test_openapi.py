@@ -31,6 +31,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from schemathesis.checks import not_a_server_error
 
+from tests.django._tools import chat_model
 from tool_calling import models, runs, tasks, tool
 from tool_calling.registry import registry
 from tool_calling.sync import sync_tools
@@ -154,7 +155,7 @@ def owned():
     )
     rates = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"tool_calling_turns": None}}
     with (
-        mock.patch("tool_calling.runs.default_chat_model", return_value=model),
+        chat_model(model),
         override_settings(REST_FRAMEWORK=rates),
     ):
         user = User.objects.create_user("operator", is_staff=True)

@@ -14,9 +14,10 @@ from django.db import transaction
 from django.test import override_settings
 from kombu.exceptions import OperationalError
 
-from tests.django._tools import registered
+from tests.django._tools import registered, tool_calling_settings
 from tool_calling import models, runs, tasks, tool
-from tool_calling.governance import ConversationBusyError, governed_chat_client
+from tool_calling.conversations import ConversationBusyError
+from tool_calling.governance import governed_chat_client
 from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -180,7 +181,9 @@ def test_return_direct_ends_the_run_as_the_in_process_loop_does(alice, script):
     assert transcript(conversation) == transcript(reference)
 
 
-@override_settings(TOOL_CALLING={"LIMITS": {"MAX_CALLS_PER_TOOL": {"counted": 1}}})
+@override_settings(
+    TOOL_CALLING=tool_calling_settings(LIMITS={"MAX_CALLS_PER_TOOL": {"counted": 1}})
+)
 def test_a_limit_breach_ends_the_run_as_the_in_process_loop_does(alice, script):
     steps = (tool_calls(tool_call("counted", key="a"), tool_call("counted", key="b")),)
     script(*steps)
@@ -227,7 +230,7 @@ def test_a_failing_tool_and_an_unknown_tool_reach_the_model_as_in_process(alice,
 def test_cancel_stops_the_run_at_its_next_step(alice, script):
     script(*ONE_ROUND)
     conversation = models.Conversation.objects.create(owner=alice)
-    with mock.patch.object(runs, "_publish"):  # queued, not sent yet
+    with mock.patch.object(runs.lifecycle, "publish"):  # queued, not sent yet
         run = runs.start_turn(conversation, "Go", user=alice)
     assert runs.cancel_run(run) is True
     tasks.run_step(str(run.pk))
@@ -243,7 +246,7 @@ def test_cancel_stops_the_run_at_its_next_step(alice, script):
 def test_a_second_turn_while_a_run_holds_the_conversation_is_refused(alice, script):
     script(*ONE_ROUND)
     conversation = models.Conversation.objects.create(owner=alice)
-    with mock.patch.object(runs, "_publish"):
+    with mock.patch.object(runs.lifecycle, "publish"):
         runs.start_turn(conversation, "Go", user=alice)
     with pytest.raises(ConversationBusyError):
         runs.start_turn(conversation, "Again", user=alice)
@@ -303,7 +306,7 @@ def test_a_worker_restarted_between_steps_continues_without_rerunning_tools(alic
     script(*ONE_ROUND)
     conversation = models.Conversation.objects.create(owner=alice)
     # The calls ran on workers and ended, but the step they queued was lost with its worker.
-    with mock.patch.object(runs, "_publish") as publish:
+    with mock.patch.object(runs.lifecycle, "publish") as publish:
         run = runs.start_turn(conversation, "Go", user=alice)
         tasks.run_step(str(run.pk))  # model round, then the calls are planned and sent
     assert publish.call_count == 2  # the first step's message (run by hand), the next one lost
@@ -330,10 +333,10 @@ def test_a_step_that_died_after_the_model_call_is_taken_over_and_stores_each_mes
 ):
     script(*ONE_ROUND)
     conversation = models.Conversation.objects.create(owner=alice)
-    with mock.patch.object(runs, "_publish"):
+    with mock.patch.object(runs.lifecycle, "publish"):
         run = runs.start_turn(conversation, "Go", user=alice)
     # The worker dies right after the model's message was stored (before planning the calls).
-    with mock.patch.object(runs, "_decide_and_plan", side_effect=SystemExit):
+    with mock.patch.object(runs.steps, "_decide_and_plan", side_effect=SystemExit):
         with pytest.raises(SystemExit):
             tasks.run_step(str(run.pk))
     assert [m.role for m in conversation.messages.order_by("sequence")] == ["user", "assistant"]
@@ -354,9 +357,9 @@ def test_a_step_that_died_after_the_model_call_is_taken_over_and_stores_each_mes
 def test_a_step_held_by_a_live_lease_is_not_run_twice(alice, script):
     script(*ONE_ROUND)
     conversation = models.Conversation.objects.create(owner=alice)
-    with mock.patch.object(runs, "_publish"):
+    with mock.patch.object(runs.lifecycle, "publish"):
         run = runs.start_turn(conversation, "Go", user=alice)
-    assert runs._claim_step(run.pk) == 1
+    assert runs.lifecycle.claim_step(run.pk) == 1
     tasks.run_step(str(run.pk))  # a duplicate delivery while step 1 runs
     assert [m.role for m in conversation.messages.all()] == ["user"]
 
@@ -364,9 +367,9 @@ def test_a_step_held_by_a_live_lease_is_not_run_twice(alice, script):
 def test_the_sweeper_queues_the_step_of_a_run_whose_calls_ended(alice, script):
     script(*ONE_ROUND)
     conversation = models.Conversation.objects.create(owner=alice)
-    with mock.patch.object(runs, "_publish"):
+    with mock.patch.object(runs.lifecycle, "publish"):
         run = runs.start_turn(conversation, "Go", user=alice)
-        with mock.patch.object(runs, "tool_call_finished"):  # the wake-up is lost
+        with mock.patch.object(runs.lifecycle, "wake"):  # the wake-up is lost
             tasks.run_step(str(run.pk))
     run.refresh_from_db()
     assert run.waiting_for_id is not None

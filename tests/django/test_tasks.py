@@ -24,22 +24,25 @@ from kombu.exceptions import OperationalError
 
 from tests.django._tools import registered
 from tool_calling import ToolContext, models, tasks, tool
+from tool_calling.calls import dispatch as calls_dispatch
+from tool_calling.calls import lifecycle, worker
+from tool_calling.calls.dispatch import Dispatch, dispatch, dispatch_on_commit, in_worker_task
+from tool_calling.calls.executors import (
+    CeleryToolExecutor,
+    _ExecutionFuture,
+    execution_mode,
+    outcome_of,
+)
+from tool_calling.calls.running import ToolNotAvailableError
 from tool_calling.core.chat.messages import ToolResponse, ToolResponseMessage
+from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.exceptions import (
     ToolArgumentsError,
     ToolCallingError,
     ToolExecutionException,
     ToolFailure,
 )
-from tool_calling.execution import (
-    CeleryToolExecutor,
-    RemoteToolError,
-    ToolCallTimeoutError,
-    _ExecutionFuture,
-    execution_mode,
-    outcome_of,
-)
-from tool_calling.governance import ToolNotAvailableError, governed_chat_client
+from tool_calling.governance import governed_chat_client
 from tool_calling.registry import registry
 from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
 
@@ -145,6 +148,15 @@ def new_call(name="counted", arguments=None, *, idempotent=False, **fields):
     )
 
 
+def recorded(name="counted", arguments='{"key": "a"}'):
+    """A call for a worker recorded as the executor and durable runs record one (not sent)."""
+    from tool_calling.core.chat.messages import ToolCall
+
+    return lifecycle.record_for_worker(
+        ToolCall("call_1", name, arguments), {}, tool=models.Tool.objects.get(name=name)
+    )
+
+
 def reload(execution):
     return models.ToolExecution.objects.get(pk=execution.pk)
 
@@ -169,7 +181,7 @@ def test_the_task_claims_runs_and_records_the_call():
         1,
         None,
     )
-    assert row.payload == {"response": "counted a"}
+    assert row.payload == {"outcome": {"kind": "ok", "text": "counted a"}}
     assert row.worker.endswith(")") and " (pid " in row.worker
     assert row.started_at <= row.finished_at
 
@@ -185,9 +197,9 @@ def test_r2_the_same_task_delivered_twice_runs_the_tool_once():
 
 def test_r2_a_duplicate_while_the_first_runs_finds_a_live_lease_and_does_nothing():
     call = new_call(idempotent=True)
-    first = tasks.claim(call.pk, task_id="t1", worker="w1")
-    assert first == tasks.Claim(call.pk, 1)
-    assert tasks.claim(call.pk, task_id="t1", worker="w2") is None
+    first = worker.claim(call.pk, task_id="t1", worker="w1")
+    assert (first.execution_id, first.attempt) == (call.pk, 1)
+    assert worker.claim(call.pk, task_id="t1", worker="w2") is None
     tasks.execute_tool_call(call.pk)
     assert RAN == []
     row = reload(call)
@@ -204,7 +216,7 @@ def test_a_call_for_a_row_that_no_longer_exists_does_nothing(caplog):
 def test_r5_a_late_result_of_a_fenced_off_attempt_is_discarded(caplog):
     """R5: attempt 1 stalls past its lease, attempt 2 takes over; attempt 1's result is dropped."""
     call = new_call(idempotent=True)
-    stalled = tasks.claim(call.pk, task_id="t1", worker="w1")
+    stalled = worker.claim(call.pk, task_id="t1", worker="w1")
     expire_lease(call)
 
     tasks.execute_tool_call(call.pk)  # attempt 2, on another worker
@@ -215,11 +227,11 @@ def test_r5_a_late_result_of_a_fenced_off_attempt_is_discarded(caplog):
         "counted a",
     )
 
-    late = tasks.CallOutcome(models.ExecutionStatus.SUCCEEDED, "stale result")
-    with caplog.at_level(logging.WARNING, logger="tool_calling.tasks"):
-        assert tasks.record(stalled, late, "counted") is False
+    late = ToolOutcome.ok("stale result")
+    with caplog.at_level(logging.WARNING, logger="tool_calling.calls"):
+        assert lifecycle.finish(stalled, "succeeded", late, duration_ms=1) is False
     assert reload(call).result == "counted a"
-    assert reload(call).payload == {"response": "counted a"}
+    assert reload(call).payload == {"outcome": {"kind": "ok", "text": "counted a"}}
     assert (
         f"Discarded the late result (succeeded) of attempt 1 of tool call {call.pk} ('counted')"
         in caplog.text
@@ -229,11 +241,11 @@ def test_r5_a_late_result_of_a_fenced_off_attempt_is_discarded(caplog):
 @pytest.mark.django_db(transaction=True)
 def test_r5_a_stalled_attempt_cannot_renew_a_lease_it_lost():
     call = new_call(idempotent=True)
-    stalled = tasks.claim(call.pk, task_id="t1", worker="w1")
+    stalled = worker.claim(call.pk, task_id="t1", worker="w1")
     expire_lease(call)
-    assert tasks.claim(call.pk, task_id="t2", worker="w2") == tasks.Claim(call.pk, 2)
+    assert worker.claim(call.pk, task_id="t2", worker="w2").attempt == 2
     with override_settings(TOOL_CALLING={"EXECUTION": {"LEASE_SECONDS": 1}}):
-        heartbeat = tasks._heartbeat(stalled)
+        heartbeat = worker.heartbeat(stalled)
         heartbeat.start()
         heartbeat.join(3)  # it stops by itself at its first beat: the claim is gone
     assert not heartbeat.is_alive()
@@ -244,9 +256,9 @@ def test_r5_a_stalled_attempt_cannot_renew_a_lease_it_lost():
 def test_the_heartbeat_renews_the_lease_while_the_tool_runs():
     call = new_call(idempotent=True)
     with override_settings(TOOL_CALLING={"EXECUTION": {"LEASE_SECONDS": 1}}):
-        claimed = tasks.claim(call.pk, task_id="t1", worker="w1")
+        claimed = worker.claim(call.pk, task_id="t1", worker="w1")
         first = reload(call).lease_expires_at
-        heartbeat = tasks._heartbeat(claimed)
+        heartbeat = worker.heartbeat(claimed)
         heartbeat.start()
         try:
             threading.Event().wait(0.8)
@@ -258,7 +270,7 @@ def test_the_heartbeat_renews_the_lease_while_the_tool_runs():
 
 def test_a_non_idempotent_call_whose_worker_died_is_never_run_again():
     call = new_call(idempotent=False)
-    tasks.claim(call.pk, task_id="t1", worker="w1")
+    worker.claim(call.pk, task_id="t1", worker="w1")
     expire_lease(call)
     tasks.execute_tool_call(call.pk)  # the redelivered task
     row = reload(call)
@@ -267,20 +279,19 @@ def test_a_non_idempotent_call_whose_worker_died_is_never_run_again():
         "unknown",
         True,
         1,
-        tasks.UNKNOWN_OUTCOME_TEXT,
+        lifecycle.UNKNOWN_OUTCOME_TEXT,
     )
-    assert tasks.UNKNOWN_OUTCOME_TEXT == (
+    assert lifecycle.UNKNOWN_OUTCOME_TEXT == (
         "The outcome of this call is unknown: the worker running it stopped mid-call, and the "
         "tool is not idempotent, so it was not run again."
     )
-    with pytest.raises(ToolFailure) as failure:
-        outcome_of(models.ToolExecution.objects.values().get(pk=call.pk))
-    assert str(failure.value) == tasks.UNKNOWN_OUTCOME_TEXT
+    outcome = outcome_of(models.ToolExecution.objects.values().get(pk=call.pk))
+    assert (outcome.kind, outcome.text) == (ToolOutcomeKind.UNKNOWN, lifecycle.UNKNOWN_OUTCOME_TEXT)
 
 
 def test_an_idempotent_call_whose_worker_died_runs_again_as_the_next_attempt():
     call = new_call(idempotent=True)
-    tasks.claim(call.pk, task_id="t1", worker="w1")
+    worker.claim(call.pk, task_id="t1", worker="w1")
     expire_lease(call)
     tasks.execute_tool_call(call.pk)
     assert RAN == [("counted", "a")]
@@ -292,9 +303,9 @@ def test_r6_a_poison_call_ends_failed_after_max_attempts():
     """R6: a call whose worker dies on every attempt stops being re-run after MAX_ATTEMPTS."""
     call = new_call(idempotent=True)
     for attempt in (1, 2, 3):
-        assert tasks.claim(call.pk, task_id="t", worker="w") == tasks.Claim(call.pk, attempt)
+        assert worker.claim(call.pk, task_id="t", worker="w").attempt == attempt
         expire_lease(call)  # the worker died mid-call
-    assert tasks.claim(call.pk, task_id="t", worker="w") is None
+    assert worker.claim(call.pk, task_id="t", worker="w") is None
     row = reload(call)
     text = (
         "Tool 'counted' failed: the worker running it stopped mid-call 3 times, so it was not "
@@ -312,8 +323,8 @@ def test_s2_a_tool_disabled_after_the_call_was_made_is_refused_on_the_worker():
     row = reload(call)
     assert RAN == []
     assert (row.status, row.is_error, row.result) == ("refused", True, NOT_AVAILABLE)
-    with pytest.raises(ToolNotAvailableError, match="^Tool 'counted' is not available"):
-        outcome_of(models.ToolExecution.objects.values().get(pk=call.pk))
+    outcome = outcome_of(models.ToolExecution.objects.values().get(pk=call.pk))
+    assert outcome.is_a(ToolNotAvailableError) and outcome.text == NOT_AVAILABLE
 
 
 def test_a_soft_time_limit_ends_the_call_timed_out():
@@ -326,8 +337,8 @@ def test_a_soft_time_limit_ends_the_call_timed_out():
         "Tool 'overrun' timed out after 7 s.",
     )
     assert "SoftTimeLimitExceeded" in row.error
-    with pytest.raises(ToolFailure, match=r"^Tool 'overrun' timed out after 7 s\.$"):
-        outcome_of(models.ToolExecution.objects.values().get(pk=call.pk))
+    outcome = outcome_of(models.ToolExecution.objects.values().get(pk=call.pk))
+    assert (outcome.kind, outcome.text) == ("timeout", "Tool 'overrun' timed out after 7 s.")
 
 
 def test_a_tool_missing_from_the_workers_code_fails_the_call():
@@ -351,15 +362,15 @@ def test_a_tool_missing_from_the_workers_code_fails_the_call():
 def test_r4_a_call_recorded_in_a_rolled_back_transaction_is_never_sent():
     with mock.patch.object(tasks.execute_tool_call, "apply_async") as send:
         with pytest.raises(RuntimeError), transaction.atomic():
-            call = new_call()
-            tasks.dispatch_on_commit(call.pk)
+            call = recorded()
+            dispatch_on_commit(Dispatch.of(call))
             raise RuntimeError("roll back")
         assert send.call_count == 0
         assert not models.ToolExecution.objects.exists()
 
         with transaction.atomic():
-            call = new_call()
-            tasks.dispatch_on_commit(call.pk)
+            call = recorded()
+            dispatch_on_commit(Dispatch.of(call))
             assert send.call_count == 0  # not before the commit
         send.assert_called_once_with(
             args=[call.pk], queue="tool_calling", soft_time_limit=30, time_limit=35
@@ -372,8 +383,8 @@ def test_r4_a_call_recorded_in_a_rolled_back_transaction_is_never_sent():
 def test_r3_a_failed_publish_leaves_the_call_pending_and_the_sweeper_sends_it(caplog):
     down = OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
     with mock.patch.object(tasks.execute_tool_call, "apply_async", side_effect=down):
-        call = new_call()
-        assert tasks.dispatch(call.pk) is False
+        call = recorded()
+        assert dispatch(Dispatch.of(call)) is False
     row = reload(call)
     assert (row.status, row.dispatched_at) == ("pending", None)
     assert (
@@ -413,7 +424,7 @@ def test_the_sweeper_settles_expired_attempts_and_sends_again_the_idempotent_one
     not_idempotent = new_call(idempotent=False)
     alive = new_call(idempotent=False)
     for call in (idempotent, not_idempotent, alive):
-        tasks.claim(call.pk, task_id="t1", worker="w1")
+        worker.claim(call.pk, task_id="t1", worker="w1")
     expire_lease(idempotent)
     expire_lease(not_idempotent)
 
@@ -445,7 +456,7 @@ def test_inline_calls_are_never_swept():
 def test_the_sweeper_drops_the_exact_results_of_calls_nobody_waits_for():
     done = new_call()
     tasks.execute_tool_call(done.pk)
-    assert reload(done).payload == {"response": "counted a"}
+    assert reload(done).payload == {"outcome": {"kind": "ok", "text": "counted a"}}
     assert tasks.sweep_tool_executions()["purged"] == 0
     # 30 s timeout + 5 s grace + 30 s margin after it ended: after that nobody reads it.
     models.ToolExecution.objects.filter(pk=done.pk).update(
@@ -518,7 +529,7 @@ def test_a_tools_own_mode_wins_and_a_mixed_batch_runs_both_ways_in_order():
         mock.patch.object(
             tasks.execute_tool_call, "apply_async", wraps=tasks.execute_tool_call.apply_async
         ) as send,
-        mock.patch("tool_calling.execution._pool", return_value=_CallerThreadPool()) as pool,
+        mock.patch("tool_calling.calls.executors._pool", return_value=_CallerThreadPool()) as pool,
     ):
         assert turn(model) == "Done"
     assert pool.call_count == 2
@@ -579,8 +590,9 @@ def test_throw_exception_on_error_applies_to_calls_on_workers():
     model = ScriptedChatModel([tool_call("explode", reason="backend down"), text("Done")])
     with pytest.raises(ToolExecutionException, match="^backend down$") as raised:
         turn(model)
-    assert isinstance(raised.value.cause, RemoteToolError)
-    assert raised.value.cause.error_type == "builtins.ValueError"
+    # Raised on the worker, rebuilt here as its own class, with the worker's traceback.
+    assert type(raised.value.cause) is ValueError
+    assert "raise ValueError(reason)" in raised.value.cause.__notes__[0]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -620,16 +632,16 @@ def test_a_call_on_a_worker_cannot_be_waited_for_inside_a_transaction():
 
 
 def test_a_call_on_a_worker_cannot_be_waited_for_from_inside_a_worker_task():
-    with mock.patch.object(tasks, "in_worker_task", return_value=True):
+    with mock.patch("tool_calling.calls.executors.in_worker_task", return_value=True):
         with pytest.raises(ToolCallingError, match="^Tool 'counted' runs on a Celery worker and "):
             CeleryToolExecutor().submit_tool_call(registry.get("counted"), _call(), ToolContext())
     assert not models.ToolExecution.objects.exists()
-    assert tasks.in_worker_task() is False  # a test, not a worker
-    with mock.patch.object(tasks, "current_task") as task:
+    assert in_worker_task() is False  # a test, not a worker
+    with mock.patch.object(calls_dispatch._celery, "current_task") as task:
         task.request.configure_mock(id="t1", is_eager=False, called_directly=False)
-        assert tasks.in_worker_task() is True
+        assert in_worker_task() is True
         task.request.is_eager = True
-        assert tasks.in_worker_task() is False
+        assert in_worker_task() is False
 
 
 def _call(name="counted", arguments='{"key": "k"}'):
@@ -648,17 +660,18 @@ def test_a_tool_context_that_is_not_json_is_refused_before_anything_is_recorded(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_call_no_worker_starts_is_withdrawn_when_the_caller_gives_up():
-    with mock.patch.object(tasks, "dispatch", return_value=True):  # the message is lost
+    with mock.patch.object(calls_dispatch, "dispatch", return_value=True):  # the message is lost
         future = CeleryToolExecutor().submit_tool_call(
             registry.get("counted"), _call(), ToolContext()
         )
     assert isinstance(future, _ExecutionFuture)
     assert future.wait_seconds == 65
     future.deadline -= 65
-    with pytest.raises(ToolCallTimeoutError) as raised:
-        future.result()
-    assert str(raised.value) == "Tool 'counted' did not start within 65 s: no worker took it."
-    assert isinstance(raised.value, TimeoutError)
+    outcome = future.result()
+    assert (outcome.kind, outcome.text) == (
+        ToolOutcomeKind.TIMEOUT,
+        "Tool 'counted' did not start within 65 s: no worker took it.",
+    )
     row = models.ToolExecution.objects.get()
     assert (row.status, row.is_error, row.payload) == ("timed_out", True, {})
     tasks.execute_tool_call(row.pk)  # a late delivery never runs it
@@ -667,16 +680,17 @@ def test_a_call_no_worker_starts_is_withdrawn_when_the_caller_gives_up():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_call_still_running_at_the_deadline_is_reported_unfinished():
-    with mock.patch.object(tasks, "dispatch", return_value=True):
+    with mock.patch.object(calls_dispatch, "dispatch", return_value=True):
         future = CeleryToolExecutor().submit_tool_call(
             registry.get("counted"), _call(), ToolContext()
         )
-    tasks.claim(future.execution_id, task_id="t1", worker="w1")
+    worker.claim(future.ref.execution_id, task_id="t1", worker="w1")
     future.deadline -= 65
-    with pytest.raises(
-        ToolCallTimeoutError, match=r"^Tool 'counted' did not finish within 65 s on a worker\.$"
-    ):
-        future.result()
+    outcome = future.result()
+    assert (outcome.kind, outcome.text) == (
+        ToolOutcomeKind.TIMEOUT,
+        "Tool 'counted' did not finish within 65 s on a worker.",
+    )
     assert models.ToolExecution.objects.get().status == "running"
 
 
@@ -684,15 +698,15 @@ def test_a_call_still_running_at_the_deadline_is_reported_unfinished():
 def test_a_future_waits_only_as_long_as_its_caller_asks():
     from concurrent.futures import TimeoutError as FutureTimeoutError
 
-    with mock.patch.object(tasks, "dispatch", return_value=True):
+    with mock.patch.object(calls_dispatch, "dispatch", return_value=True):
         future = CeleryToolExecutor().submit_tool_call(
             registry.get("counted"), _call(), ToolContext()
         )
     with pytest.raises(FutureTimeoutError):
         future.result(timeout=0.05)
     assert not future.done()
-    tasks.execute_tool_call(future.execution_id)
-    assert future.result() == "counted k"
+    tasks.execute_tool_call(future.ref.execution_id)
+    assert future.result() == ToolOutcome.ok("counted k")
 
 
 # --- small pieces -------------------------------------------------------------------------------
@@ -709,44 +723,29 @@ def test_execution_mode_is_the_tools_own_else_the_setting():
 
 
 @pytest.mark.parametrize(
-    ("status", "error_type", "expected"),
+    ("status", "kind", "failure"),
     [
-        ("succeeded", "", "text"),
-        ("failed", "", ToolFailure),
-        ("failed", "tool_calling.core.errors.ToolFailure", ToolFailure),
-        ("failed", "tool_calling.execution.ToolCallTimeoutError", ToolFailure),
-        ("failed", "builtins.ValueError", RemoteToolError),
-        ("failed", "not_imported_module.Error", RemoteToolError),
-        ("failed", "tool_calling.core.errors.ToolArgumentsError", ToolArgumentsError),
-        ("refused", "", ToolNotAvailableError),
-        ("timed_out", "", ToolFailure),
-        ("unknown", "", ToolFailure),
+        ("succeeded", "ok", None),
+        ("failed", "error", ToolFailure),
+        ("refused", "error", ToolFailure),
+        ("denied", "error", ToolFailure),
+        ("timed_out", "timeout", None),
     ],
 )
-def test_outcome_of_maps_each_finished_row_to_what_the_manager_expects(
-    status, error_type, expected
-):
-    row = {
-        "id": 1,
-        "tool_name": "t",
-        "status": status,
-        "result": "audited",
-        "error_type": error_type,
-        "payload": {"response": "text"},
-    }
-    if expected == "text":
-        assert outcome_of(row) == "text"
-        return
-    with pytest.raises(expected) as raised:
-        outcome_of(row)
-    assert str(raised.value) == "text"
-    if expected is not RemoteToolError:
-        assert not isinstance(raised.value, RemoteToolError)
+def test_outcome_of_falls_back_to_the_audit_once_the_working_data_is_gone(status, kind, failure):
+    row = {"id": 1, "tool_name": "t", "status": status, "result": "audited", "payload": {}}
+    outcome = outcome_of(row)
+    assert (outcome.kind, outcome.text) == (kind, "audited")
+    if failure is not None:
+        assert outcome.is_a(failure)
 
 
-def test_outcome_of_falls_back_to_the_audit_once_the_working_data_is_gone():
-    row = {"id": 1, "tool_name": "t", "status": "succeeded", "result": "audited", "payload": {}}
-    assert outcome_of(row) == "audited"
+def test_outcome_of_reads_the_exact_outcome_the_worker_wrote():
+    stored = ToolOutcome.from_exception(ValueError("exact")).to_json()
+    row = {"id": 1, "status": "failed", "result": "redacted", "payload": {"outcome": stored}}
+    outcome = outcome_of(row)
+    assert (outcome.text, outcome.error_type) == ("exact", "builtins.ValueError")
+    assert outcome.is_a(ValueError) and outcome.exception is None
 
 
 @override_settings(
@@ -772,7 +771,7 @@ def test_a_tool_timeout_the_broker_would_not_wait_for_is_refused_in_the_admin_fo
 
 def test_the_admin_shows_where_a_call_ran_and_never_its_working_data(admin_client):
     call = new_call(payload={"arguments": "{}", "context": {"token": SENTINEL}})
-    tasks.claim(call.pk, task_id="task-42", worker="celery@w1 (pid 7)")
+    worker.claim(call.pk, task_id="task-42", worker="celery@w1 (pid 7)")
     changelist = reverse("admin:tool_calling_toolexecution_changelist")
     page = admin_client.get(changelist, {"mode__exact": "celery", "q": "celery@w1"})
     assert page.status_code == 200

@@ -41,7 +41,7 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from tool_calling import _notify, models
-from tool_calling.api.permissions import visible_runs
+from tool_calling.api.permissions import configured_permissions, visible_runs
 from tool_calling.conf import settings as app_settings
 
 __all__ = ["run_events"]
@@ -77,6 +77,12 @@ def _authenticate(request: HttpRequest) -> tuple[Any, HttpResponse | None]:
         return None, _error(exc, drf_request)
     if not getattr(user, "is_authenticated", False):
         return None, _error(exceptions.NotAuthenticated(), drf_request)
+    for permission in configured_permissions():
+        if not permission.has_permission(drf_request, None):
+            message = (
+                getattr(permission, "message", None) or exceptions.PermissionDenied.default_detail
+            )
+            return None, _error(exceptions.PermissionDenied(message), drf_request)
     return user, None
 
 

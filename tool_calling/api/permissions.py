@@ -10,11 +10,29 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils.module_loading import import_string
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from tool_calling import models
+from tool_calling.calls.approvals import can_decide
+from tool_calling.conf import settings as app_settings
 
-__all__ = ["IsOwnerOrStaff", "visible_conversations", "visible_executions", "visible_runs"]
+__all__ = [
+    "IsOwnerOrStaff",
+    "configured_permissions",
+    "visible_conversations",
+    "visible_executions",
+    "visible_runs",
+]
+
+
+def configured_permissions() -> list[BasePermission]:
+    """The permissions ``API["PERMISSION_CLASSES"]`` names (read per request, not at import)."""
+    classes = [
+        import_string(path) if isinstance(path, str) else path
+        for path in app_settings.API["PERMISSION_CLASSES"]
+    ]
+    return [cls() for cls in classes]
 
 
 def visible_conversations(user: Any) -> QuerySet[models.Conversation]:
@@ -39,8 +57,6 @@ def visible_runs(user: Any) -> QuerySet[models.Run]:
 
 def visible_executions(user: Any) -> QuerySet[models.ToolExecution]:
     """The tool calls ``user`` may see: those of their conversations; all for approvers."""
-    from tool_calling.approvals import can_decide
-
     executions = models.ToolExecution.objects.all()
     if can_decide(user):
         return executions

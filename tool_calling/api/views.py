@@ -1,7 +1,8 @@
 """The API's views: tools, conversations (and the turns sent to them), runs.
 
-Every view requires an authenticated user and reads through the owner-scoped querysets of
-``tool_calling.api.permissions``, whatever the project's DRF defaults say (CHECKLIST S14).
+Every view requires the permissions of ``TOOL_CALLING["API"]["PERMISSION_CLASSES"]``
+(default: an authenticated user), whatever the project's DRF defaults say, and reads through
+the owner-scoped querysets of ``tool_calling.api.permissions`` (CHECKLIST S14).
 Failures are ``APIException`` subclasses, so clients get a status code and a ``detail``.
 """
 
@@ -23,24 +24,26 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import ScopedRateThrottle
 
-from tool_calling import approvals, models, runs
+from tool_calling import models, runs
 from tool_calling.api import serializers
 from tool_calling.api.parsers import PARSERS
 from tool_calling.api.permissions import (
     IsOwnerOrStaff,
+    configured_permissions,
     visible_conversations,
     visible_executions,
     visible_runs,
 )
 from tool_calling.api.schema import errors
+from tool_calling.calls import approvals
+from tool_calling.conversations import ConversationBusyError
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
-from tool_calling.governance import ConversationBusyError
 from tool_calling.resolvers import GovernedTools
 
 __all__ = [
@@ -107,7 +110,15 @@ class TurnRateThrottle(ScopedRateThrottle):
         return rate
 
 
-_PERMISSIONS = [IsAuthenticated, IsOwnerOrStaff]
+class _Governed:
+    """Views that require ``API["PERMISSION_CLASSES"]`` on top of their own object rules."""
+
+    permission_classes: list[type[BasePermission]] = [IsOwnerOrStaff]
+
+    def get_permissions(self) -> list[BasePermission]:
+        """The configured permissions, then the view's own (owners, approvers)."""
+        return [*configured_permissions(), *(cls() for cls in self.permission_classes)]
+
 
 _INVALID_PAGE = (404, "`?page=` is not a page of the list.")
 
@@ -118,10 +129,9 @@ _INVALID_PAGE = (404, "`?page=` is not a page of the list.")
 @extend_schema_view(
     list=extend_schema(responses={200: serializers.ToolSerializer(many=True), **errors(401)}),
 )
-class ToolViewSet(viewsets.ViewSet):
+class ToolViewSet(_Governed, viewsets.ViewSet):
     """``GET tools/``: the tools the requesting user may use (enabled, in their groups)."""
 
-    permission_classes = _PERMISSIONS
     parser_classes = PARSERS
 
     def list(self, request: Request) -> Response:
@@ -174,6 +184,7 @@ class ToolViewSet(viewsets.ViewSet):
     ),
 )
 class ConversationViewSet(
+    _Governed,
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -182,7 +193,6 @@ class ConversationViewSet(
 ):
     """The user's conversations; ``POST {id}/messages/`` starts a turn in one."""
 
-    permission_classes = _PERMISSIONS
     parser_classes = PARSERS
     pagination_class = Pagination
     serializer_class = serializers.ConversationSerializer
@@ -365,10 +375,9 @@ def _wait_for(run: models.Run, seconds: int) -> models.Run:
         responses={200: serializers.RunDetailSerializer, **errors(401, 404)},
     ),
 )
-class RunViewSet(viewsets.ReadOnlyModelViewSet):
+class RunViewSet(_Governed, viewsets.ReadOnlyModelViewSet):
     """The user's runs (``?status=`` filters the list); ``POST {id}/cancel/`` stops one."""
 
-    permission_classes = _PERMISSIONS
     parser_classes = PARSERS
     pagination_class = Pagination
 
@@ -545,13 +554,13 @@ _DECISION_REFUSED = (
         responses={200: serializers.ToolExecutionSerializer, **errors(401, 404)},
     ),
 )
-class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
+class ToolExecutionViewSet(_Governed, viewsets.ReadOnlyModelViewSet):
     """Tool calls: the user's own (all of them for approvers); approve or deny gated ones.
 
     ``?status=awaiting_approval`` is the approval queue; ``?run=<id>`` one run's calls.
     """
 
-    permission_classes = [IsAuthenticated, CanDecide]
+    permission_classes = [CanDecide]
     parser_classes = PARSERS
     pagination_class = Pagination
 

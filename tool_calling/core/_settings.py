@@ -14,6 +14,7 @@ from tool_calling.core.execution.limits import ToolCallLimits
 
 DEFAULT_MAX_RESULT_CHARS = 65_536
 DEFAULT_MAX_CONCURRENT_CALLS = 8
+DEFAULT_MAX_TOOL_ROUNDS = 100
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,10 +31,10 @@ class CoreSettings:
     """How many calls of one batch run at the same time in-process."""
     limits: ToolCallLimits = field(default_factory=ToolCallLimits)
     """Default tool call limits for managers built without explicit limits."""
-    resolution_fallback_enabled: bool = False
-    """Default of DefaultToolCallingManager's resolution fallback in the Django entry points."""
     tool_calling_advisor_auto_register: bool = True
     """Whether ChatClient adds a ToolCallingAdvisor when the request has none."""
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
+    """Model calls one turn may make (``ToolCallingAdvisor``'s default round guard)."""
     chat_model: Mapping[str, Any] = field(default_factory=dict)
     """TOOL_CALLING["CHAT_MODEL"]: MODEL, BASE_URL, API_KEY, TIMEOUT, MAX_RETRIES, OPTIONS."""
 

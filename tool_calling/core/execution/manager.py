@@ -258,9 +258,21 @@ class DefaultToolCallingManager(ToolCallingManager):
         """
         plan, callbacks = self._plan(prompt, chat_response)
         outcomes = self._run(
-            plan.jobs, callbacks, _context(prompt.options), core_settings().max_concurrent_calls
+            plan.jobs,
+            callbacks,
+            _context(prompt.options),
+            core_settings().max_concurrent_calls,
+            self.batch_executor(plan),
         )
         return self._complete(prompt, plan, outcomes, [cb.definition for cb in callbacks])
+
+    def batch_executor(self, plan: ToolCallPlan) -> Executor | ToolCallExecutor | None:
+        """Where the calls of ``plan`` run: ``executor``, or ``None`` for the default.
+
+        Override to choose per batch (the Django layer sends a batch to Celery workers only
+        when one of its tools runs there).
+        """
+        return self.executor
 
     def plan_tool_calls(self, prompt: Prompt, chat_response: ChatResponse) -> ToolCallPlan:
         """Count the limits and look the tools up: decide which calls run, answer the others.
@@ -469,10 +481,10 @@ class DefaultToolCallingManager(ToolCallingManager):
         callbacks: Sequence[ToolCallback],
         context: ToolContext,
         default_concurrency: int,
+        executor: Executor | ToolCallExecutor | None,
     ) -> list[ToolOutcome]:
         if not jobs:
             return []
-        executor = self.executor
         if executor is None:
             if len(jobs) == 1:
                 return [self._invoke(callbacks[0], jobs[0].call, context)]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tool_calling.core.chat.messages import AssistantMessage, ToolCall, ToolResponse
-from tool_calling.core.errors import RemoteToolError
+from tool_calling.core.errors import RemoteToolError, ToolFailure
 from tool_calling.core.tools.callback import ToolExecutionException
 
 __all__ = ["PlannedCall", "ToolCallPlan", "ToolOutcome", "ToolOutcomeKind", "qualified_name"]
@@ -69,6 +69,21 @@ class ToolOutcome:
     def ok(cls, text: str | None) -> ToolOutcome:
         """The outcome of a call that returned ``text``."""
         return cls(ToolOutcomeKind.OK, "" if text is None else text)
+
+    @classmethod
+    def failure(cls, text: str, error_class: type[BaseException] = ToolFailure) -> ToolOutcome:
+        """The outcome of a call that failed with ``text`` written for the model.
+
+        It reads as if the call had raised ``error_class`` (``ToolFailure`` by default, whose
+        message goes to the model as it is), without a traceback: a call refused, denied or
+        given up on by the framework rather than by the tool.
+        """
+        return cls(
+            ToolOutcomeKind.ERROR,
+            text,
+            qualified_name(error_class),
+            tuple(qualified_name(c) for c in error_class.__mro__ if c is not object),
+        )
 
     @classmethod
     def from_exception(

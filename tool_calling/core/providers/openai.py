@@ -47,6 +47,7 @@ from tool_calling.core.errors import (
     ChatModelTimeoutError,
     ToolResolutionError,
 )
+from tool_calling.core.tools.schema import to_strict_json_schema
 
 if TYPE_CHECKING:
     from tool_calling.core.execution.manager import ToolCallingManager
@@ -404,8 +405,6 @@ def _tool_param(definition: ToolDefinition, *, strict: bool = False) -> _Json:
     """Return the Chat Completions ``tools`` entry for one tool definition."""
     function: _Json = {"name": definition.name, "description": definition.description}
     if strict:
-        from tool_calling.core.tools.schema import to_strict_json_schema
-
         function["parameters"] = to_strict_json_schema(definition.input_schema)
         function["strict"] = True
     else:

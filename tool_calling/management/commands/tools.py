@@ -13,9 +13,8 @@ from tool_calling.core.chat.messages import AssistantMessage, ToolCall
 from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse, Generation
 from tool_calling.exceptions import ToolCallingError
-from tool_calling.governance import GovernedToolCallingManager
+from tool_calling.governance import governed_turn
 from tool_calling.registry import registry
-from tool_calling.resolvers import GovernedTools
 
 
 class Command(BaseCommand):
@@ -71,11 +70,12 @@ class Command(BaseCommand):
                 user = get_user_model()._default_manager.get_by_natural_key(username)
             except get_user_model().DoesNotExist:
                 raise CommandError(f"No user named {username!r}.") from None
-        governed = GovernedTools(user)
-        manager = GovernedToolCallingManager(governed=governed, user=user)
-        # The same server-side context a governed chat turn gives its tools.
-        context = {"user_id": user.pk} if user is not None else {}
-        options = ToolCallingChatOptions(tool_callbacks=governed.callbacks(), tool_context=context)
+        # The same tools, manager and server-side context a governed chat turn has.
+        turn = governed_turn(user=user)
+        manager = turn.manager
+        options = ToolCallingChatOptions(
+            tool_callbacks=turn.callbacks, tool_context=turn.tool_context
+        )
         call = ToolCall(f"cli_{uuid.uuid4().hex[:12]}", name, arguments)
         response = ChatResponse([Generation(AssistantMessage(None, [call]))])
         try:

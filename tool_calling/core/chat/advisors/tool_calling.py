@@ -6,6 +6,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tool_calling.core._settings import DEFAULT_MAX_TOOL_ROUNDS as _DEFAULT_ROUNDS
+from tool_calling.core._settings import core_settings
 from tool_calling.core.chat._stream import FINAL_RESPONSE, add_usage, aggregate
 from tool_calling.core.chat.advisors.base import (
     HIGHEST_PRECEDENCE,
@@ -43,8 +45,9 @@ __all__ = [
     "decide_after_tools",
 ]
 
-DEFAULT_MAX_TOOL_ROUNDS = 100
-"""Model calls one turn may make before the loop stops, whatever the per-tool limits say."""
+DEFAULT_MAX_TOOL_ROUNDS = _DEFAULT_ROUNDS
+"""Model calls one turn may make before the loop stops, whatever the per-tool limits say
+(``TOOL_CALLING["LIMITS"]["MAX_TOOL_ROUNDS"]`` under Django)."""
 TOOL_ROUNDS_EXCEEDED = "toolRoundLimitExceeded"
 """Finish reason when the loop stopped at ``max_tool_rounds``."""
 
@@ -76,7 +79,8 @@ class ToolCallingAdvisor(Advisor):
             when a memory advisor inside the loop supplies the history: the next request then
             carries the system message and the last tool responses only.
         eligibility: Decides whether a response's tool calls run here.
-        max_tool_rounds: Model calls per turn before the loop stops.
+        max_tool_rounds: Model calls per turn before the loop stops; default from settings
+            (100).
     """
 
     order = HIGHEST_PRECEDENCE + 300
@@ -88,12 +92,14 @@ class ToolCallingAdvisor(Advisor):
         conversation_history_enabled: bool = True,
         *,
         eligibility: ToolExecutionEligibilityPredicate | None = None,
-        max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
+        max_tool_rounds: int | None = None,
     ) -> None:
         self.tool_calling_manager = tool_calling_manager or DefaultToolCallingManager()
         self.order = order
         self.conversation_history_enabled = conversation_history_enabled
         self.eligibility = eligibility or DefaultToolExecutionEligibilityPredicate()
+        if max_tool_rounds is None:
+            max_tool_rounds = core_settings().max_tool_rounds
         if (
             isinstance(max_tool_rounds, bool)
             or not isinstance(max_tool_rounds, int)

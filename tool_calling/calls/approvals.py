@@ -11,11 +11,13 @@ waits (``awaiting_approval``). Then one of:
 - the sweeper denies it once ``APPROVALS["EXPIRE_AFTER"]`` seconds passed
   (:func:`expire_approvals`).
 
-Either way the run goes on when the batch's last call ended. Every decision is a conditional
-UPDATE of the row (two approvers clicking at once: one wins, the other gets
-:class:`ApprovalStateError`) and is recorded on it: who, when, why, and the model's original
-arguments when they were edited. Turns that cannot wait (``manage.py chat``, in-process
-clients) refuse such calls instead (``governance.approval_refusal_text``).
+Either way the run goes on when the batch's last call ended: a decision sends
+``signals.approval_decided`` and a denial ends the call (``signals.tool_call_finished``), which
+the run listens to. Every decision is a transition of ``calls.lifecycle`` (two approvers
+clicking at once: one wins, the other gets :class:`ApprovalStateError`) and is recorded on the
+row: who, when, why, and the model's original arguments when they were edited. Turns that
+cannot wait (``manage.py chat``, in-process clients) refuse such calls instead
+(``calls.running.approval_refusal_text``).
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from tool_calling import models, signals
+from tool_calling.audit import audit_text
+from tool_calling.calls import lifecycle
+from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.tools.callback import FunctionToolCallback
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
-from tool_calling.governance import audit_text
 from tool_calling.registry import registry
 from tool_calling.signals import send_on_commit
 
@@ -202,9 +206,6 @@ def approve(
             is off (denying one's own call is always allowed).
         ToolArgumentsError: the edited arguments fail the schema (nothing changed).
     """
-    from tool_calling.runs import approvals_decided, record_approval_event
-    from tool_calling.tasks import dispatch_on_commit
-
     name = execution.tool_name
     if (
         not app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]
@@ -214,8 +215,8 @@ def approve(
         raise ApprovalForbiddenError(execution)
     now = timezone.now()
     fields: dict[str, Any] = {
-        "status": models.ExecutionStatus.PENDING,
         "approval": models.ApprovalDecision.APPROVED,
+        "dispatched_at": now,
         "decided_by": user if getattr(user, "is_authenticated", False) else None,
         "decided_at": now,
         "decision_reason": note.strip()[:MAX_REASON_CHARS],
@@ -232,7 +233,7 @@ def approve(
         expired = row.approval_expires_at is not None and row.approval_expires_at <= now
     if expired:
         # Too late: what the sweeper would do at its next pass, done now.
-        _deny(row.pk, user=None, reason="", expired=True, now=now)
+        _deny(row.pk, user=None, reason="", expired=True)
         raise ApprovalStateError(_decided(execution))
     with transaction.atomic():
         text = str((row.payload or {}).get("arguments") or "{}")
@@ -246,19 +247,18 @@ def approve(
                 arguments=audit_text(text, tool_name=name, field="arguments"),
             )
         fields["approved_arguments_sha256"] = arguments_digest(text)
-        approved = models.ToolExecution.objects.filter(
-            pk=row.pk, status=models.ExecutionStatus.AWAITING_APPROVAL
-        ).update(**fields)
-        if not approved:
+        if not lifecycle.approve(row.pk, **fields):
             raise ApprovalStateError(_decided(execution))
-        dispatch_on_commit(row.pk)
-        if row.run_id is not None:
-            approvals_decided(row.run_id)
-            record_approval_event(row.pk, "approved", user=user, edited=edited)
         decided = _decided(row.pk)
+        # Receivers (the run's event stream) hear of the decision before the call runs.
         send_on_commit(
-            signals.approval_decided, models.ToolExecution, execution=decided, decision="approved"
+            signals.approval_decided,
+            models.ToolExecution,
+            execution=decided,
+            decision="approved",
+            edited=edited,
         )
+        dispatch_on_commit(Dispatch.of(row))
     logger.info(
         "Tool call %s (%r) approved by %s%s",
         row.pk,
@@ -282,57 +282,50 @@ def deny(execution: models.ToolExecution, *, user: Any, reason: str = "") -> mod
     return row
 
 
+class _NotWaiting(Exception):
+    """Rolls a denial back: the call was decided by someone else meanwhile."""
+
+
 def _deny(
     execution_id: int,
     *,
     user: Any,
     reason: str,
     expired: bool = False,
-    now: datetime.datetime | None = None,
 ) -> models.ToolExecution | None:
     """Deny one waiting call (conditionally); ``None`` when it was not waiting any more."""
-    from tool_calling.runs import approvals_decided, record_approval_event, tool_call_finished
+    decision = "expired" if expired else "denied"
 
-    now = now or timezone.now()
-    with transaction.atomic():
-        row = (
-            models.ToolExecution.objects.filter(
-                pk=execution_id, status=models.ExecutionStatus.AWAITING_APPROVAL
+    def announce() -> None:
+        signals.send_robust(
+            signals.approval_decided,
+            models.ToolExecution,
+            execution=_decided(execution_id),
+            decision=decision,
+            reason=reason,
+        )
+
+    try:
+        with transaction.atomic():
+            row = (
+                models.ToolExecution.objects.filter(
+                    pk=execution_id, status=models.ExecutionStatus.AWAITING_APPROVAL
+                )
+                .values(*lifecycle.REF_FIELDS)
+                .first()
             )
-            .values("tool_name", "run_id")
-            .first()
-        )
-        if row is None:
-            return None
-        text = denial_text(row["tool_name"], reason, expired=expired)
-        denied = models.ToolExecution.objects.filter(
-            pk=execution_id, status=models.ExecutionStatus.AWAITING_APPROVAL
-        ).update(
-            status=models.ExecutionStatus.DENIED,
-            approval=(
-                models.ApprovalDecision.EXPIRED if expired else models.ApprovalDecision.DENIED
-            ),
-            decided_by=user if getattr(user, "is_authenticated", False) else None,
-            decided_at=now,
-            decision_reason=reason,
-            result=text,
-            is_error=True,
-            finished_at=now,
-            duration_ms=0,
-            payload={"response": text},
-        )
-        if not denied:
-            return None
-        decision = "expired" if expired else "denied"
-        if row["run_id"] is not None:
-            approvals_decided(row["run_id"])
-            record_approval_event(execution_id, decision, user=user, reason=reason)
-            tool_call_finished(execution_id)
-        decided = _decided(execution_id)
-        send_on_commit(
-            signals.approval_decided, models.ToolExecution, execution=decided, decision=decision
-        )
-    return decided
+            if row is None:
+                raise _NotWaiting
+            # Before the denial's own tool_call_finished: receivers hear of the decision first.
+            transaction.on_commit(announce)
+            text = denial_text(row["tool_name"], reason, expired=expired)
+            if not lifecycle.deny(
+                lifecycle.CallRef.of(row), text, expired=expired, user=user, reason=reason
+            ):
+                raise _NotWaiting
+    except _NotWaiting:
+        return None
+    return _decided(execution_id)
 
 
 def deny_pending_for_run(run_id: Any, *, user: Any = None, reason: str) -> int:
@@ -349,7 +342,7 @@ def expire_approvals(now: datetime.datetime | None = None) -> int:
     ids = pending_approvals().filter(approval_expires_at__lt=now).values_list("pk", flat=True)[:500]
     count = 0
     for pk in list(ids):
-        if _deny(pk, user=None, reason="", expired=True, now=now) is not None:
+        if _deny(pk, user=None, reason="", expired=True) is not None:
             count += 1
     if count:
         logger.info("Denied %s tool calls whose approval expired", count)

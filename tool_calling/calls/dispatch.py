@@ -1,0 +1,138 @@
+"""Sending work to Celery workers: a tool call's task, or a durable run's next step.
+
+Tasks are looked up by name in the Celery app's registry (``tool_calling.tasks`` registers
+them; ``ToolCallingConfig.ready()`` imports it when Celery is installed), so nothing here
+imports the tasks module above it. Celery itself is optional: without it, importing this module
+works and sending raises a ``ToolCallingError`` that says what to install.
+
+A call's task is sent once its row is committed (``dispatch_on_commit``), never for a rolled
+back row (R4). The row is recorded as dispatched when it is written (no second write on the
+happy path); a publish that fails is logged, not raised, and clears that mark, so the sweeper
+sends the call again soon (R3).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from tool_calling.calls import lifecycle
+from tool_calling.conf import hard_time_limit
+from tool_calling.conf import settings as app_settings
+from tool_calling.exceptions import ToolCallingError
+
+try:
+    import celery as _celery
+except ImportError:  # pragma: no cover - exercised only without Celery installed
+    _celery = None  # type: ignore[assignment]
+
+__all__ = [
+    "EXECUTE_TOOL_CALL",
+    "RUN_STEP",
+    "Dispatch",
+    "dispatch",
+    "dispatch_on_commit",
+    "in_worker_task",
+    "send_run_step",
+    "task",
+]
+
+logger = logging.getLogger("tool_calling.calls")
+
+EXECUTE_TOOL_CALL = "tool_calling.execute_tool_call"
+"""The task that runs one tool call on a worker."""
+RUN_STEP = "tool_calling.run_step"
+"""The task that advances a durable run."""
+
+
+def task(name: str) -> Any:
+    """The Celery task registered as ``name`` in the current app.
+
+    Raises:
+        ToolCallingError: Celery is not installed, or ``tool_calling.tasks`` was not imported.
+    """
+    if _celery is None:
+        raise ToolCallingError(
+            "Running tool calls on Celery workers needs Celery: pip install 'celery[redis]'"
+        )
+    try:
+        return _celery.current_app.tasks[name]
+    except KeyError:
+        raise ToolCallingError(
+            f"The Celery task {name!r} is not registered: 'tool_calling' must be in "
+            "INSTALLED_APPS (its app config registers tool_calling.tasks) and the Celery app "
+            "must load the Django settings (app.config_from_object('django.conf:settings', "
+            "namespace='CELERY'))."
+        ) from None
+
+
+def in_worker_task() -> bool:
+    """Whether the caller runs inside a task on a Celery worker (not eagerly)."""
+    if _celery is None:
+        return False
+    current = _celery.current_task
+    if not current:
+        return False
+    request = current.request
+    return bool(request.id) and not request.is_eager and not request.called_directly
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """What sending a call needs, known to whoever recorded it (no read of the row)."""
+
+    execution_id: int
+    """The ``ToolExecution`` row: the task's only argument."""
+    tool_name: str
+    """For the log."""
+    queue: str = ""
+    """The Celery queue; blank for ``EXECUTION["QUEUE"]``."""
+    timeout: int | None = None
+    """The call's soft time limit; ``None`` for ``EXECUTION["TIMEOUT"]``."""
+
+    @classmethod
+    def of(cls, row: Any) -> Dispatch:
+        """From a ``ToolExecution`` (or anything with its ``pk``, ``tool_name``, ``queue``...)."""
+        return cls(row.pk, row.tool_name, row.queue, row.timeout)
+
+
+def dispatch(call: Dispatch) -> bool:
+    """Send the task of ``call`` to its queue with its time limits; False if the broker failed.
+
+    A failure to publish (the broker is down) is logged, not raised: the row stays ``pending``
+    and the sweeper sends it again (R3).
+    """
+    timeout = call.timeout or int(app_settings.EXECUTION["TIMEOUT"])
+    queue = call.queue or str(app_settings.EXECUTION["QUEUE"])
+    execute = task(EXECUTE_TOOL_CALL)
+    try:
+        execute.apply_async(
+            args=[call.execution_id],
+            queue=queue,
+            soft_time_limit=timeout,
+            time_limit=hard_time_limit(timeout),
+        )
+    except Exception:
+        logger.exception(
+            "Could not send tool call %s (%r) to queue %r; the sweeper will send it again",
+            call.execution_id,
+            call.tool_name,
+            queue,
+        )
+        lifecycle.mark_undispatched(call.execution_id)
+        return False
+    return True
+
+
+def dispatch_on_commit(call: Dispatch) -> None:
+    """Send ``call`` once the current transaction commits; never if it rolls back (R4)."""
+    task(EXECUTE_TOOL_CALL)  # fail now, in the caller's frame, if Celery cannot send it
+    transaction.on_commit(lambda: dispatch(call))
+
+
+def send_run_step(run_id: object) -> None:
+    """Send a step of durable run ``run_id`` (raises what the broker raised)."""
+    task(RUN_STEP).apply_async(args=[str(run_id)], queue=str(app_settings.EXECUTION["QUEUE"]))

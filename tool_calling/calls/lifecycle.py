@@ -1,0 +1,552 @@
+"""The life of a ``ToolExecution`` row: the only code that writes one.
+
+Every change of a call's status is one named transition below: one conditional UPDATE guarded
+by the status it expects (and, where a worker holds the call, by its attempt), so two writers
+never both win and a late writer changes nothing. ``TRANSITIONS`` is the table the code and its
+test share::
+
+    transition     from                              to
+    -------------  --------------------------------  ----------------------------------------
+    (record)       -                                 pending | awaiting_approval | running |
+                                                     refused
+    claim          pending                           running (attempt + 1, lease)
+    take_over      running, lease expired            running (attempt + 1, lease)
+    renew          running (same attempt)            running (lease extended)
+    end_lease      running (same worker)             running (lease ends now: worker died)
+    finish         running (same attempt)            succeeded | failed | refused | timed_out
+    settle_lost    running (attempt), lease expired  unknown | failed
+    kill           running (same worker)             timed_out (hard time limit)
+    withdraw       pending                           timed_out (the caller gave up)
+    approve        awaiting_approval                 pending
+    deny           awaiting_approval                 denied
+
+``succeeded``, ``failed``, ``refused``, ``timed_out``, ``unknown`` and ``denied`` are terminal.
+A call that starts sends ``tool_calling.signals.tool_call_started``; one that ends sends
+``tool_call_finished`` (both once the change committed), which is how durable runs learn that
+their batch ended.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from tool_calling import models, signals
+from tool_calling.audit import audit_text
+from tool_calling.conf import settings as app_settings
+from tool_calling.core.chat.messages import ToolCall
+from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
+from tool_calling.exceptions import ToolCallingError
+
+__all__ = [
+    "TRANSITIONS",
+    "UNKNOWN_OUTCOME_TEXT",
+    "CallRef",
+    "approve",
+    "claim",
+    "deny",
+    "end_lease",
+    "finish",
+    "kill",
+    "lease",
+    "mark_dispatched",
+    "mark_undispatched",
+    "purge_payloads",
+    "record_for_worker",
+    "record_refused",
+    "record_started",
+    "renew",
+    "settle_lost",
+    "withdraw",
+]
+
+logger = logging.getLogger("tool_calling.calls")
+
+S = models.ExecutionStatus
+
+TRANSITIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "claim": (frozenset({S.PENDING}), frozenset({S.RUNNING})),
+    "take_over": (frozenset({S.RUNNING}), frozenset({S.RUNNING})),
+    "renew": (frozenset({S.RUNNING}), frozenset({S.RUNNING})),
+    "end_lease": (frozenset({S.RUNNING}), frozenset({S.RUNNING})),
+    "finish": (
+        frozenset({S.RUNNING}),
+        frozenset({S.SUCCEEDED, S.FAILED, S.REFUSED, S.TIMED_OUT}),
+    ),
+    "settle_lost": (frozenset({S.RUNNING}), frozenset({S.OUTCOME_UNKNOWN, S.FAILED})),
+    "kill": (frozenset({S.RUNNING}), frozenset({S.TIMED_OUT})),
+    "withdraw": (frozenset({S.PENDING}), frozenset({S.TIMED_OUT})),
+    "approve": (frozenset({S.AWAITING_APPROVAL}), frozenset({S.PENDING})),
+    "deny": (frozenset({S.AWAITING_APPROVAL}), frozenset({S.DENIED})),
+}
+"""Transition name -> (statuses it starts from, statuses it may end in)."""
+
+UNKNOWN_OUTCOME_TEXT = (
+    "The outcome of this call is unknown: the worker running it stopped mid-call, and the tool "
+    "is not idempotent, so it was not run again."
+)
+"""What the model is told about a call of a non-idempotent tool whose worker died."""
+
+
+@dataclass(frozen=True)
+class CallRef:
+    """What the signals of a call carry: enough for receivers never to read the row."""
+
+    execution_id: int
+    """The ``ToolExecution`` row."""
+    tool_name: str
+    """The tool the model called."""
+    tool_call_id: str = ""
+    """The model's id of the call."""
+    run_id: Any = None
+    """The durable run that made the call, if any."""
+    assistant_message_id: int | None = None
+    """The stored assistant message that asked for the call."""
+    attempt: int = 0
+    """The attempt this reference acts for (0: not started)."""
+
+    @classmethod
+    def of(
+        cls, row: Mapping[str, Any] | models.ToolExecution, attempt: int | None = None
+    ) -> CallRef:
+        """The reference of a row: an instance, or a ``values(*REF_FIELDS)`` dict."""
+        values: Mapping[str, Any] = (
+            row if isinstance(row, Mapping) else {f: getattr(row, f) for f in REF_FIELDS}
+        )
+        return cls(
+            int(values["id"]),
+            str(values["tool_name"]),
+            str(values.get("tool_call_id") or ""),
+            values.get("run_id"),
+            values.get("assistant_message_id"),
+            int(values["attempt"] if attempt is None else attempt),
+        )
+
+
+REF_FIELDS = ("id", "tool_name", "tool_call_id", "run_id", "assistant_message_id", "attempt")
+"""The ``values()`` fields :meth:`CallRef.of` reads."""
+
+
+def lease() -> datetime.timedelta:
+    """How long a worker's hold on a call lasts without renewal (``EXECUTION["LEASE_SECONDS"]``)."""
+    return datetime.timedelta(seconds=int(app_settings.EXECUTION["LEASE_SECONDS"]))
+
+
+def _guarded(name: str, execution_id: int, to: str | None = None) -> QuerySet[models.ToolExecution]:
+    starts, ends = TRANSITIONS[name]
+    if to is not None and to not in ends:
+        raise ToolCallingError(f"Transition {name!r} cannot end in status {to!r}.")
+    return models.ToolExecution.objects.filter(pk=execution_id, status__in=starts)
+
+
+def _started(ref: CallRef) -> None:
+    signals.send_on_commit(
+        signals.tool_call_started,
+        models.ToolExecution,
+        execution_id=ref.execution_id,
+        run_id=ref.run_id,
+        tool_call_id=ref.tool_call_id,
+        tool_name=ref.tool_name,
+        attempt=ref.attempt,
+    )
+
+
+def _finished(ref: CallRef, status: str, *, is_error: bool, duration_ms: int | None) -> None:
+    signals.send_on_commit(
+        signals.tool_call_finished,
+        models.ToolExecution,
+        execution_id=ref.execution_id,
+        run_id=ref.run_id,
+        assistant_message_id=ref.assistant_message_id,
+        tool_call_id=ref.tool_call_id,
+        tool_name=ref.tool_name,
+        status=status,
+        is_error=is_error,
+        duration_ms=duration_ms,
+        attempt=ref.attempt,
+    )
+
+
+def _outcome_payload(outcome: ToolOutcome) -> dict[str, Any]:
+    return {"outcome": outcome.to_json()}
+
+
+# -- recording ----------------------------------------------------------------------------------
+
+
+def _json_context(tool_context: Mapping[str, Any], tool_name: str) -> dict[str, Any]:
+    context = dict(tool_context)
+    try:
+        json.dumps(context)
+    except (TypeError, ValueError) as exc:
+        raise ToolCallingError(
+            f"Tool {tool_name!r} runs on a Celery worker, so its tool context must be JSON: "
+            f"{exc}. Pass ids (user_id, tenant_id) rather than objects."
+        ) from exc
+    return context
+
+
+def _user(user: Any) -> Any:
+    return user if getattr(user, "is_authenticated", False) else None
+
+
+def record_for_worker(
+    tool_call: ToolCall,
+    tool_context: Mapping[str, Any],
+    *,
+    tool: models.Tool | None,
+    user: Any = None,
+    conversation_id: Any = None,
+    assistant_message_id: int | None = None,
+    run_id: Any = None,
+    needs_approval: bool = False,
+) -> models.ToolExecution:
+    """Record a call for a Celery worker: ``pending`` (or ``awaiting_approval``), with its data.
+
+    The row holds the exact arguments and tool context the worker runs with (``payload``); the
+    caller sends it with ``calls.dispatch.dispatch_on_commit``. A call that needs approval
+    waits until a person approves it (``calls.approvals``), or expires after
+    ``APPROVALS["EXPIRE_AFTER"]`` seconds.
+
+    Raises:
+        ToolCallingError: the tool context is not JSON.
+    """
+    name = tool_call.name
+    execution = app_settings.EXECUTION
+    timeout = int(tool.timeout if tool is not None and tool.timeout else execution["TIMEOUT"])
+    arguments = tool_call.arguments
+    expires = None
+    if needs_approval and app_settings.APPROVALS["EXPIRE_AFTER"] is not None:
+        seconds = int(app_settings.APPROVALS["EXPIRE_AFTER"])
+        expires = timezone.now() + datetime.timedelta(seconds=seconds)
+    return models.ToolExecution.objects.create(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        assistant_message_id=assistant_message_id,
+        tool_call_id=tool_call.id[:200],
+        tool=tool,
+        tool_name=name[:200],
+        arguments=audit_text(arguments, tool_name=name, field="arguments"),
+        user=_user(user),
+        status=S.AWAITING_APPROVAL if needs_approval else S.PENDING,
+        approval=(
+            models.ApprovalDecision.PENDING
+            if needs_approval
+            else models.ApprovalDecision.NOT_REQUIRED
+        ),
+        approval_expires_at=expires,
+        # Sent once committed (calls.dispatch): marked now, cleared if the publish fails.
+        dispatched_at=None if needs_approval else timezone.now(),
+        mode=models.ExecutionMode.CELERY,
+        queue=(tool.queue if tool is not None and tool.queue else "") or str(execution["QUEUE"]),
+        timeout=timeout,
+        idempotent=bool(tool is not None and tool.idempotent),
+        payload={
+            "arguments": arguments if arguments and not arguments.isspace() else "{}",
+            "context": _json_context(tool_context, name),
+        },
+    )
+
+
+def record_started(
+    tool_call: ToolCall,
+    *,
+    tool: models.Tool | None,
+    user: Any = None,
+    conversation_id: Any = None,
+    assistant_message_id: int | None = None,
+    run_id: Any = None,
+) -> CallRef:
+    """Record an in-process call as ``running`` (attempt 1) just before it runs."""
+    name = tool_call.name
+    row = models.ToolExecution.objects.create(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        assistant_message_id=assistant_message_id,
+        tool_call_id=tool_call.id[:200],
+        tool=tool,
+        tool_name=name[:200],
+        arguments=audit_text(tool_call.arguments, tool_name=name, field="arguments"),
+        user=_user(user),
+        status=S.RUNNING,
+        attempt=1,
+        idempotent=bool(tool is not None and tool.idempotent),
+        started_at=timezone.now(),
+    )
+    ref = CallRef(row.pk, row.tool_name, row.tool_call_id, run_id, assistant_message_id, 1)
+    _started(ref)
+    return ref
+
+
+def record_refused(
+    tool_call: ToolCall,
+    text: str,
+    *,
+    tool: models.Tool | None,
+    user: Any = None,
+    conversation_id: Any = None,
+    assistant_message_id: int | None = None,
+    run_id: Any = None,
+) -> CallRef:
+    """Record a call answered without running: an unknown or withdrawn tool, a limit."""
+    name = tool_call.name
+    now = timezone.now()
+    row = models.ToolExecution.objects.create(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        assistant_message_id=assistant_message_id,
+        tool_call_id=tool_call.id[:200],
+        tool=tool,
+        tool_name=name[:200],
+        arguments=audit_text(tool_call.arguments, tool_name=name, field="arguments"),
+        user=_user(user),
+        status=S.REFUSED,
+        result=audit_text(text, tool_name=name, field="result"),
+        is_error=True,
+        idempotent=bool(tool is not None and tool.idempotent),
+        started_at=now,
+        finished_at=now,
+        duration_ms=0,
+    )
+    ref = CallRef(row.pk, row.tool_name, row.tool_call_id, run_id, assistant_message_id, 0)
+    _finished(ref, S.REFUSED, is_error=True, duration_ms=0)
+    return ref
+
+
+# -- a worker's hold on a call ------------------------------------------------------------------
+
+
+def claim(ref: CallRef, status: str, *, task_id: str, worker: str) -> CallRef | None:
+    """Start attempt ``ref.attempt + 1`` of a call found ``status``; ``None`` if another did.
+
+    ``claim`` (a ``pending`` call) or ``take_over`` (a ``running`` call whose lease expired:
+    its worker died). Returns the reference of the new attempt.
+    """
+    now = timezone.now()
+    name = "take_over" if status == S.RUNNING else "claim"
+    rows = _guarded(name, ref.execution_id, S.RUNNING).filter(status=status, attempt=ref.attempt)
+    if name == "take_over":
+        rows = rows.filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at=None))
+    attempt = ref.attempt + 1
+    claimed = rows.update(
+        status=S.RUNNING,
+        attempt=attempt,
+        lease_expires_at=now + lease(),
+        task_id=task_id[:255],
+        worker=worker[:255],
+        started_at=now,
+    )
+    if not claimed:
+        return None
+    started = CallRef(
+        ref.execution_id,
+        ref.tool_name,
+        ref.tool_call_id,
+        ref.run_id,
+        ref.assistant_message_id,
+        attempt,
+    )
+    _started(started)
+    return started
+
+
+def renew(ref: CallRef) -> bool:
+    """Extend the lease of attempt ``ref.attempt``; False once another attempt took over."""
+    return bool(
+        _guarded("renew", ref.execution_id)
+        .filter(attempt=ref.attempt)
+        .update(lease_expires_at=timezone.now() + lease())
+    )
+
+
+def end_lease(execution_id: int, worker: str) -> bool:
+    """End the lease of a call whose worker process died, so it is taken over at once."""
+    return bool(
+        _guarded("end_lease", execution_id)
+        .filter(worker=worker[:255])
+        .update(lease_expires_at=timezone.now())
+    )
+
+
+def finish(
+    ref: CallRef, status: str, outcome: ToolOutcome, *, duration_ms: int, keep: bool = True
+) -> bool:
+    """End attempt ``ref.attempt`` with ``outcome``; False when it no longer holds the call.
+
+    The audit gets the redacted, capped texts; with ``keep`` (a call on a worker) the working
+    data gets the exact outcome, for the caller waiting on it (the sweeper drops it later). A
+    late result of an attempt that was fenced off changes nothing.
+    """
+    name = ref.tool_name
+    is_error = status != S.SUCCEEDED
+    extra: dict[str, Any] = {"payload": _outcome_payload(outcome)} if keep else {}
+    written = (
+        _guarded("finish", ref.execution_id, status)
+        .filter(attempt=ref.attempt)
+        .update(
+            status=status,
+            result=audit_text(outcome.text, tool_name=name, field="result"),
+            error=audit_text(outcome.traceback, tool_name=name, field="error"),
+            error_type=outcome.error_type[:200],
+            is_error=is_error,
+            finished_at=timezone.now(),
+            duration_ms=duration_ms,
+            lease_expires_at=None,
+            **extra,
+        )
+    )
+    if written:
+        _finished(ref, status, is_error=is_error, duration_ms=duration_ms)
+    else:
+        logger.warning(
+            "Discarded the late result (%s) of attempt %s of tool call %s (%r): another attempt "
+            "took the call over, or it was settled, meanwhile",
+            status,
+            ref.attempt,
+            ref.execution_id,
+            name,
+        )
+    return bool(written)
+
+
+def settle_lost(ref: CallRef, *, idempotent: bool) -> bool | None:
+    """End a call whose worker died, when it may not run again.
+
+    Returns True when it ended it (``unknown`` for a tool that is not idempotent, ``failed``
+    when the idempotent call used its ``MAX_ATTEMPTS``), False when another writer changed the
+    call first, and ``None`` when the call may run again (the caller takes it over).
+    """
+    if not idempotent:
+        status, text = S.OUTCOME_UNKNOWN, UNKNOWN_OUTCOME_TEXT
+        outcome = ToolOutcome(ToolOutcomeKind.UNKNOWN, text)
+    elif ref.attempt >= int(app_settings.EXECUTION["MAX_ATTEMPTS"]):
+        status = S.FAILED
+        text = (
+            f"Tool {ref.tool_name!r} failed: the worker running it stopped mid-call "
+            f"{ref.attempt} times, so it was not run again."
+        )
+        outcome = ToolOutcome.failure(text)
+    else:
+        return None
+    now = timezone.now()
+    settled = (
+        _guarded("settle_lost", ref.execution_id, status)
+        .filter(attempt=ref.attempt)
+        .filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at=None))
+        .update(
+            status=status,
+            result=audit_text(text, tool_name=ref.tool_name, field="result"),
+            is_error=True,
+            finished_at=now,
+            payload=_outcome_payload(outcome),
+        )
+    )
+    if settled:
+        logger.warning(
+            "Tool call %s (%r): the worker of attempt %s stopped mid-call; ended %s",
+            ref.execution_id,
+            ref.tool_name,
+            ref.attempt,
+            status,
+        )
+        _finished(ref, status, is_error=True, duration_ms=None)
+    return bool(settled)
+
+
+def kill(execution_id: int, worker: str, text: str) -> bool:
+    """End a call its worker killed at the hard time limit as ``timed_out``."""
+    row = _guarded("kill", execution_id).filter(worker=worker[:255]).values(*REF_FIELDS).first()
+    if row is None:
+        return False
+    ref = CallRef.of(row)
+    outcome = ToolOutcome(ToolOutcomeKind.TIMEOUT, text)
+    killed = (
+        _guarded("kill", execution_id, S.TIMED_OUT)
+        .filter(worker=worker[:255], attempt=ref.attempt)
+        .update(
+            status=S.TIMED_OUT,
+            result=audit_text(text, tool_name=ref.tool_name, field="result"),
+            is_error=True,
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+            payload=_outcome_payload(outcome),
+        )
+    )
+    if killed:
+        _finished(ref, S.TIMED_OUT, is_error=True, duration_ms=None)
+    return bool(killed)
+
+
+def withdraw(ref: CallRef, text: str) -> bool:
+    """End a call no worker started before its caller gave up: it will never run now.
+
+    The caller, the only reader of the call's working data, knows the text: the data goes.
+    """
+    withdrawn = _guarded("withdraw", ref.execution_id, S.TIMED_OUT).update(
+        status=S.TIMED_OUT,
+        result=audit_text(text, tool_name=ref.tool_name, field="result"),
+        is_error=True,
+        finished_at=timezone.now(),
+        payload={},
+    )
+    if withdrawn:
+        _finished(ref, S.TIMED_OUT, is_error=True, duration_ms=None)
+    return bool(withdrawn)
+
+
+# -- decisions ----------------------------------------------------------------------------------
+
+
+def approve(execution_id: int, **fields: Any) -> bool:
+    """Approve a waiting call (``fields``: who, when, the approved digest, edited arguments)."""
+    return bool(_guarded("approve", execution_id, S.PENDING).update(status=S.PENDING, **fields))
+
+
+def deny(ref: CallRef, text: str, *, expired: bool, user: Any, reason: str) -> bool:
+    """Deny a waiting call (a person did, or nobody approved in time); the model gets ``text``."""
+    now = timezone.now()
+    outcome = ToolOutcome.failure(text)
+    denied = _guarded("deny", ref.execution_id, S.DENIED).update(
+        status=S.DENIED,
+        approval=models.ApprovalDecision.EXPIRED if expired else models.ApprovalDecision.DENIED,
+        decided_by=_user(user),
+        decided_at=now,
+        decision_reason=reason,
+        result=text,
+        is_error=True,
+        finished_at=now,
+        duration_ms=0,
+        payload=_outcome_payload(outcome),
+    )
+    if denied:
+        _finished(ref, S.DENIED, is_error=True, duration_ms=0)
+    return bool(denied)
+
+
+# -- bookkeeping that changes no status ---------------------------------------------------------
+
+
+def mark_dispatched(execution_ids: list[int]) -> None:
+    """Record that the calls were (re-)sent to the broker now (the sweeper's clock)."""
+    models.ToolExecution.objects.filter(pk__in=execution_ids, status=S.PENDING).update(
+        dispatched_at=timezone.now()
+    )
+
+
+def mark_undispatched(execution_id: int) -> None:
+    """Record that sending the call failed: the sweeper sends it again after a short grace."""
+    models.ToolExecution.objects.filter(pk=execution_id, status=S.PENDING).update(
+        dispatched_at=None
+    )
+
+
+def purge_payloads(rows: QuerySet[models.ToolExecution]) -> int:
+    """Drop the exact working data (not redacted) of finished calls nobody waits for."""
+    return rows.filter(status__in=models.TERMINAL_STATUSES).exclude(payload={}).update(payload={})

@@ -1,0 +1,206 @@
+"""What a Celery worker does with one tool call: claim it, run it governed, record how it ended.
+
+``tool_calling.tasks.execute_tool_call`` calls :func:`execute`; its request class calls
+:func:`worker_lost` and :func:`hard_time_limit_reached` from the worker's main process. The
+database, not the broker, decides whether a delivery may run the tool: a redelivered or
+duplicated task that finds its call claimed under a live lease, or finished, does nothing, and
+a call whose worker died runs again only if its tool is idempotent (``calls.lifecycle``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+from django.db import close_old_connections
+from django.utils import timezone
+
+from tool_calling import _notify, models
+from tool_calling._lease import Heartbeat
+from tool_calling.calls import lifecycle
+from tool_calling.calls.approvals import approved_as_recorded
+from tool_calling.calls.running import CallOutcome, run_governed_call
+from tool_calling.conf import settings as app_settings
+from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
+from tool_calling.core.tools.context import ToolContext
+from tool_calling.registry import registry
+
+__all__ = [
+    "claim",
+    "execute",
+    "hard_time_limit_reached",
+    "heartbeat",
+    "timeout_text",
+    "worker_lost",
+    "worker_name",
+]
+
+logger = logging.getLogger("tool_calling.calls")
+
+S = models.ExecutionStatus
+
+_CLAIM_FIELDS = (*lifecycle.REF_FIELDS, "status", "lease_expires_at", "idempotent")
+
+
+def worker_name(hostname: str | None, pid: int | None) -> str:
+    """How a worker process is named in the audit (``host (pid N)``)."""
+    return f"{hostname or socket.gethostname()} (pid {pid})"
+
+
+def timeout_text(name: str, timeout: int | None) -> str:
+    """What the model is told about a call that hit its time limit."""
+    return f"Tool {name!r} timed out after {timeout or app_settings.EXECUTION['TIMEOUT']} s."
+
+
+def claim(execution_id: int, *, task_id: str, worker: str) -> lifecycle.CallRef | None:
+    """Claim the call for one attempt, atomically; ``None`` if this delivery must not run it.
+
+    A ``pending`` call is claimed as attempt 1. A ``running`` call whose lease expired (its
+    worker died) is taken over as the next attempt if its tool is idempotent and attempts are
+    left, else settled (``unknown`` / ``failed``). A call claimed under a live lease, or
+    finished, is left alone.
+    """
+    for _ in range(3):  # read again when another claimant changed the row in between
+        row = models.ToolExecution.objects.filter(pk=execution_id).values(*_CLAIM_FIELDS).first()
+        if row is None:
+            logger.warning("Tool call %s does not exist (deleted?); nothing to run", execution_id)
+            return None
+        status = row["status"]
+        ref = lifecycle.CallRef.of(row)
+        if status == S.RUNNING:
+            lease = row["lease_expires_at"]
+            if lease is not None and lease > timezone.now():
+                logger.info(
+                    "Tool call %s is already running (attempt %s); this delivery does nothing",
+                    execution_id,
+                    ref.attempt,
+                )
+                return None
+            if lifecycle.settle_lost(ref, idempotent=row["idempotent"]) is not None:
+                return None
+        elif status != S.PENDING:
+            logger.info("Tool call %s already ended (%s); nothing to run", execution_id, status)
+            return None
+        claimed = lifecycle.claim(ref, status, task_id=task_id, worker=worker)
+        if claimed is not None:
+            if claimed.attempt > 1:
+                logger.warning(
+                    "Tool call %s (%r): taking over as attempt %s after its worker stopped",
+                    execution_id,
+                    ref.tool_name,
+                    claimed.attempt,
+                )
+            return claimed
+    return None
+
+
+def heartbeat(ref: lifecycle.CallRef) -> Heartbeat:
+    """Renews the claimed call's lease while the tool runs (a lost claim is logged)."""
+
+    def lost() -> None:
+        logger.warning(
+            "Tool call %s: attempt %s lost its claim while the tool runs; its result will be "
+            "discarded",
+            ref.execution_id,
+            ref.attempt,
+        )
+
+    return Heartbeat(
+        f"tool-call-lease-{ref.execution_id}", lifecycle.lease(), lambda: lifecycle.renew(ref), lost
+    )
+
+
+def _run(ref: lifecycle.CallRef, is_soft_timeout: type[BaseException] | None) -> CallOutcome:
+    row = models.ToolExecution.objects.select_related("user").get(pk=ref.execution_id)
+    name = row.tool_name
+    callback = registry.get(name)
+    if callback is None:
+        text = f"Tool {name!r} is not installed on the worker that took the call."
+        return CallOutcome(S.FAILED, ToolOutcome.failure(text))
+    payload = row.payload or {}
+    arguments = payload.get("arguments") or "{}"
+    context = ToolContext(payload.get("context") or {})
+    result = run_governed_call(
+        name,
+        row.user,
+        lambda: callback.call(arguments, context),
+        # Bound to the exact arguments approved: changed since, the call is refused.
+        approved=approved_as_recorded(row),
+    )
+    cause = result.outcome.cause
+    if is_soft_timeout is not None and isinstance(cause, is_soft_timeout):
+        text = timeout_text(name, row.timeout)
+        logger.warning("Tool call %s (%r): %s", ref.execution_id, name, text)
+        outcome = ToolOutcome(ToolOutcomeKind.TIMEOUT, text, traceback=result.outcome.traceback)
+        return CallOutcome(S.TIMED_OUT, outcome, result.duration_ms)
+    return result
+
+
+def execute(
+    execution_id: int,
+    *,
+    task_id: str,
+    worker: str,
+    soft_timeout: type[BaseException] | None = None,
+) -> None:
+    """Run call ``execution_id`` once: claim it, run it governed, record the outcome.
+
+    Returns without running the tool when the call is finished or claimed by a live attempt.
+    A ``SystemExit`` or ``KeyboardInterrupt`` of the tool (the pool terminating this process)
+    is recorded, then raised again, so the process still stops as it was told to.
+
+    Args:
+        execution_id: The ``ToolExecution`` row.
+        task_id: The Celery task id (recorded).
+        worker: :func:`worker_name` of this process.
+        soft_timeout: The exception Celery raises at the soft time limit.
+    """
+    claimed = claim(execution_id, task_id=task_id, worker=worker)
+    if claimed is None:
+        return
+    beat = heartbeat(claimed)
+    beat.start()
+    try:
+        result = _run(claimed, soft_timeout)
+    finally:
+        beat.stop()
+    lifecycle.finish(claimed, result.status, result.outcome, duration_ms=result.duration_ms)
+    _notify.call_ended(execution_id)
+    cause = result.outcome.cause
+    if cause is not None and not isinstance(cause, Exception):
+        raise cause
+
+
+def hard_time_limit_reached(execution_id: int, worker: str, timeout: float) -> None:
+    """Record a call its worker process was killed for at the hard time limit (``timed_out``)."""
+    try:
+        row = models.ToolExecution.objects.filter(pk=execution_id).values("tool_name", "timeout")
+        found = row.first()
+        if found is not None and lifecycle.kill(
+            execution_id, worker, timeout_text(found["tool_name"], found["timeout"])
+        ):
+            logger.warning(
+                "Tool call %s (%r) killed at its hard time limit (%s s)",
+                execution_id,
+                found["tool_name"],
+                timeout,
+            )
+            _notify.call_ended(execution_id)
+    except Exception:
+        logger.exception("Could not record the hard time limit of tool call %s", execution_id)
+    finally:
+        close_old_connections()
+
+
+def worker_lost(execution_id: int, worker: str, reason: Any) -> None:
+    """End the lease of a call whose worker process died, before Celery redelivers it."""
+    try:
+        if lifecycle.end_lease(execution_id, worker):
+            logger.warning(
+                "Tool call %s: the worker process running it died (%s)", execution_id, reason
+            )
+    except Exception:
+        logger.exception("Could not end the lease of tool call %s", execution_id)
+    finally:
+        close_old_connections()

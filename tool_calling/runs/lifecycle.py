@@ -1,0 +1,394 @@
+"""The life of a ``Run`` row: the only code that writes one (its events: ``runs.events``).
+
+Every status change is one named transition: a conditional UPDATE guarded by the statuses it
+expects. ``TRANSITIONS`` is the table the code and its test share::
+
+    transition     from                                   to
+    -------------  -------------------------------------  --------------------------
+    (start_turn)   -                                      queued
+    begin          queued                                 running
+    wait           running                                awaiting_approval
+    resume         awaiting_approval                      running
+    succeed        queued | running | awaiting_approval   succeeded
+    fail           queued | running | awaiting_approval   failed
+    cancel         queued | running | awaiting_approval   cancelled
+    retry          failed                                 queued
+
+``succeeded``, ``failed`` and ``cancelled`` are terminal: the run then lets its conversation go.
+Besides its status, a run holds a step lease (one step at a time, taken over when its worker
+died) and the plan of the batch its calls are running for.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Exists, Q, QuerySet
+from django.utils import timezone
+
+from tool_calling import models
+from tool_calling._lease import Heartbeat
+from tool_calling.calls.approvals import deny_pending_for_run
+from tool_calling.calls.dispatch import send_run_step
+from tool_calling.conf import settings as app_settings
+from tool_calling.conversations import claim_conversation, release_conversation
+from tool_calling.core.chat.messages import UserMessage
+from tool_calling.exceptions import ToolCallingError
+from tool_calling.repositories import DjangoChatMemoryRepository
+from tool_calling.runs import events
+
+__all__ = [
+    "TRANSITIONS",
+    "RunQueueError",
+    "batch_done",
+    "begin",
+    "cancel_run",
+    "claim_step",
+    "finish",
+    "keep_waiting",
+    "lease",
+    "publish",
+    "record_finish_reason",
+    "record_round",
+    "release_step",
+    "renew_step",
+    "resume",
+    "retry_run",
+    "start_turn",
+    "step_heartbeat",
+    "touch_step",
+    "wait",
+    "wait_for_calls",
+    "wake",
+]
+
+logger = logging.getLogger("tool_calling.runs")
+
+R = models.RunStatus
+_ACTIVE = frozenset(models.RUN_ACTIVE_STATUSES)
+
+TRANSITIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "begin": (frozenset({R.QUEUED}), frozenset({R.RUNNING})),
+    "wait": (frozenset({R.RUNNING}), frozenset({R.AWAITING_APPROVAL})),
+    "resume": (frozenset({R.AWAITING_APPROVAL}), frozenset({R.RUNNING})),
+    "succeed": (_ACTIVE, frozenset({R.SUCCEEDED})),
+    "fail": (_ACTIVE, frozenset({R.FAILED})),
+    "cancel": (_ACTIVE, frozenset({R.CANCELLED})),
+    "retry": (frozenset({R.FAILED}), frozenset({R.QUEUED})),
+}
+"""Transition name -> (statuses it starts from, the status it ends in)."""
+
+_ENDINGS: dict[str, str] = {R.SUCCEEDED: "succeed", R.FAILED: "fail", R.CANCELLED: "cancel"}
+
+
+class RunQueueError(ToolCallingError):
+    """The run's step could not be sent to the broker; the run is saved and marked failed."""
+
+    def __init__(self, run: models.Run) -> None:
+        super().__init__(run.error)
+        self.run = run
+        """The failed run: ``retry_run(error.run)`` queues it again."""
+
+
+def _guarded(name: str, run_id: uuid.UUID) -> QuerySet[models.Run]:
+    return models.Run.objects.filter(pk=run_id, status__in=TRANSITIONS[name][0])
+
+
+def _to(name: str) -> str:
+    (status,) = TRANSITIONS[name][1]
+    return status
+
+
+def lease() -> datetime.timedelta:
+    """How long a step may go without renewing its hold (a heartbeat renews it as it works)."""
+    return datetime.timedelta(seconds=int(app_settings.EXECUTION["LEASE_SECONDS"]))
+
+
+# -- starting, cancelling, retrying -------------------------------------------------------------
+
+
+def start_turn(
+    conversation: models.Conversation,
+    text: str,
+    *,
+    user: Any = None,
+    tool_names: list[str] | None = None,
+) -> models.Run:
+    """Store ``text`` as the user's message and queue the turn that answers it.
+
+    The run holds the conversation until it ends (a second turn meanwhile raises
+    ``ConversationBusyError``). The first step is sent once the transaction commits.
+
+    Args:
+        conversation: Where the turn happens.
+        text: The user's message.
+        user: Whose tools and permissions the turn runs with.
+        tool_names: Offer only these of the user's tools.
+
+    Returns:
+        The run (``queued``; already further along when Celery runs eagerly).
+
+    Raises:
+        ConversationBusyError: another turn holds the conversation.
+        RunQueueError: the broker did not take the first step (called outside a transaction);
+            the message and the run are saved, the run is ``failed`` and ``retry_run`` queues
+            it again.
+    """
+    token = claim_conversation(conversation.pk)
+    try:
+        with transaction.atomic():
+            (message,) = DjangoChatMemoryRepository().append(conversation.pk, [UserMessage(text)])
+            run = models.Run.objects.create(
+                conversation=conversation,
+                user=user if getattr(user, "is_authenticated", False) else None,
+                text=text,
+                user_message=message,
+                tool_names=tool_names,
+                turn_token=token,
+            )
+            events.append(run.pk, "queued", {"message": message.sequence})
+            run_id = run.pk
+            transaction.on_commit(lambda: publish(run_id))
+    except BaseException:
+        release_conversation(conversation.pk, token)
+        raise
+    run.refresh_from_db()
+    if run.status == R.FAILED and run.started_at is None:
+        raise RunQueueError(run)
+    return run
+
+
+def cancel_run(run: models.Run, *, user: Any = None) -> bool:
+    """Ask the run to stop; its next step marks it ``cancelled``. False if it already ended.
+
+    Calls still waiting for approval are denied (the run was cancelled), so the run does not
+    wait for a decision nobody needs any more.
+    """
+    asked = models.Run.objects.filter(pk=run.pk, status__in=_ACTIVE, cancel_requested=False).update(
+        cancel_requested=True
+    )
+    if asked:
+        events.append(run.pk, "cancel_requested")
+        deny_pending_for_run(run.pk, user=user, reason="The run was cancelled.")
+    return bool(asked)
+
+
+def retry_run(run: models.Run) -> models.Run:
+    """Queue a failed run again; it continues from what the database holds.
+
+    Raises:
+        ValueError: the run did not fail.
+        ConversationBusyError: another turn holds the conversation now.
+        RunQueueError: the broker is still unavailable.
+    """
+    run.refresh_from_db()
+    if run.status != R.FAILED:
+        raise ValueError(f"Run {run.pk} is {run.status}; only failed runs can be retried.")
+    token = claim_conversation(run.conversation_id)
+    reset = _guarded("retry", run.pk).update(
+        status=_to("retry"),
+        error="",
+        finished_at=None,
+        turn_token=token,
+        started_at=None,
+        step_lease_expires_at=None,
+    )
+    if not reset:
+        release_conversation(run.conversation_id, token)
+        raise ValueError(f"Run {run.pk} was retried meanwhile.")
+    events.append(run.pk, "retried")
+    transaction.on_commit(lambda: publish(run.pk))
+    run.refresh_from_db()
+    if run.status == R.FAILED and run.started_at is None:
+        raise RunQueueError(run)
+    return run
+
+
+def publish(run_id: uuid.UUID) -> bool:
+    """Send a step of the run; a broker failure fails a run that has not started."""
+    try:
+        send_run_step(run_id)
+    except Exception as exc:
+        logger.exception("Could not send a step of run %s to the broker", run_id)
+        text = (
+            f"The turn could not be queued: the message broker is unavailable "
+            f"({type(exc).__name__}). The message and the run are saved; retry the run."
+        )
+        failed = (
+            _guarded("fail", run_id)
+            .filter(status=R.QUEUED, started_at=None)
+            .update(status=_to("fail"), error=text, finished_at=timezone.now())
+        )
+        if failed:
+            _release(run_id)
+            events.append(run_id, "failed", {"error": text})
+        return False
+    return True
+
+
+def _release(run_id: uuid.UUID) -> None:
+    row = models.Run.objects.filter(pk=run_id).values("conversation_id", "turn_token").first()
+    if row is not None:
+        release_conversation(row["conversation_id"], row["turn_token"])
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def begin(run_id: uuid.UUID) -> bool:
+    """``queued`` -> ``running`` (the first step started); records the ``running`` event."""
+    started = _guarded("begin", run_id).update(status=_to("begin"), started_at=timezone.now())
+    if started:
+        events.append(run_id, "running")
+    return bool(started)
+
+
+def wait(run_id: uuid.UUID) -> bool:
+    """``running`` -> ``awaiting_approval``: a call of the batch waits for a person."""
+    return bool(_guarded("wait", run_id).update(status=_to("wait")))
+
+
+def resume(run_id: uuid.UUID) -> bool:
+    """``awaiting_approval`` -> ``running`` once no call of the run waits for a person."""
+    waiting = models.ToolExecution.objects.filter(
+        run_id=run_id, status=models.ExecutionStatus.AWAITING_APPROVAL
+    )
+    return bool(_guarded("resume", run_id).filter(~Exists(waiting)).update(status=_to("resume")))
+
+
+def finish(
+    run_id: uuid.UUID,
+    status: str,
+    *,
+    answer: str | None = None,
+    error: str = "",
+    finish_reason: str | None = None,
+) -> bool:
+    """End an active run (``succeeded``, ``failed`` or ``cancelled``) and let its conversation go.
+
+    Records the ending as an event (with the answer or the error). False if it had ended.
+    """
+    fields: dict[str, Any] = {
+        "status": status,
+        "error": error,
+        "finished_at": timezone.now(),
+        "waiting_for": None,
+        "plan": {},
+    }
+    if answer is not None:
+        fields["answer"] = answer
+    if finish_reason is not None:
+        fields["finish_reason"] = finish_reason
+    with transaction.atomic():
+        ended = _guarded(_ENDINGS[status], run_id).update(**fields)
+        if ended:
+            # Free before the ending is visible: a client that reads it may send the next turn.
+            _release(run_id)
+            data: dict[str, Any] = {"error": error} if error else {}
+            if answer is not None:
+                data["answer"] = answer
+            events.append(run_id, str(status), data)
+    return bool(ended)
+
+
+# -- steps -------------------------------------------------------------------------------------
+
+
+def claim_step(run_id: uuid.UUID) -> int | None:
+    """Hold the run for one step and return its number; ``None`` if it ended or is held."""
+    now = timezone.now()
+    for _ in range(3):
+        row = models.Run.objects.filter(pk=run_id).values("status", "step").first()
+        if row is None or row["status"] not in _ACTIVE:
+            return None
+        claimed = (
+            models.Run.objects.filter(pk=run_id, step=row["step"], status__in=_ACTIVE)
+            .filter(Q(step_lease_expires_at=None) | Q(step_lease_expires_at__lt=now))
+            .update(step=row["step"] + 1, step_lease_expires_at=now + lease())
+        )
+        if claimed:
+            return int(row["step"]) + 1
+        if (
+            models.Run.objects.filter(pk=run_id, step_lease_expires_at__gte=now)
+            .exclude(step_lease_expires_at=None)
+            .exists()
+        ):
+            return None
+    return None
+
+
+def renew_step(run_id: uuid.UUID, step: int) -> bool:
+    """Extend the lease of ``step``; False once it let go (or another step took over)."""
+    return bool(
+        models.Run.objects.filter(pk=run_id, step=step)
+        .exclude(step_lease_expires_at=None)
+        .update(step_lease_expires_at=timezone.now() + lease())
+    )
+
+
+def release_step(run_id: uuid.UUID, step: int) -> None:
+    """Let go of ``step``'s hold: the next step may start at once."""
+    models.Run.objects.filter(pk=run_id, step=step).update(step_lease_expires_at=None)
+
+
+def step_heartbeat(run_id: uuid.UUID, step: int) -> Heartbeat:
+    """Renews the step's lease while it works (a model call may take minutes).
+
+    Only a lease the step still holds: once the step lets go (its calls run on workers, and
+    the step after them may start any moment), the heartbeat stops.
+    """
+    return Heartbeat(
+        f"tool-calling-step-{run_id}-{step}", lease(), lambda: renew_step(run_id, step)
+    )
+
+
+def record_round(run_id: uuid.UUID, rounds: int) -> None:
+    """Record how many model calls the run made so far."""
+    models.Run.objects.filter(pk=run_id).update(rounds=rounds)
+
+
+def record_finish_reason(run_id: uuid.UUID, finish_reason: str) -> None:
+    """Record the finish reason of the model's latest message."""
+    models.Run.objects.filter(pk=run_id).update(finish_reason=finish_reason)
+
+
+def wait_for_calls(run_id: uuid.UUID, step: int, plan: dict[str, Any], message_id: int) -> None:
+    """Store the batch's ``plan`` and let go of the step: the batch's last call wakes the run.
+
+    The calls may end before this step returns (eager Celery, fast workers): the step that
+    follows them must be able to take the run.
+    """
+    models.Run.objects.filter(pk=run_id, step=step).update(
+        plan=plan, waiting_for_id=message_id, step_lease_expires_at=None
+    )
+
+
+def keep_waiting(run_id: uuid.UUID, step: int, message_id: int) -> None:
+    """The batch's calls still run: let go of the step until the last one wakes the run."""
+    models.Run.objects.filter(pk=run_id, step=step).update(
+        waiting_for_id=message_id, step_lease_expires_at=None
+    )
+
+
+def batch_done(run_id: uuid.UUID) -> None:
+    """The batch's responses are stored: forget its plan."""
+    models.Run.objects.filter(pk=run_id).update(plan={}, waiting_for=None)
+
+
+def wake(run_id: uuid.UUID, message_id: int) -> bool:
+    """Queue the next step once, whoever notices first that the batch ended."""
+    woken = models.Run.objects.filter(pk=run_id, waiting_for_id=message_id).update(waiting_for=None)
+    if woken:
+        transaction.on_commit(lambda: publish(run_id))
+    return bool(woken)
+
+
+def touch_step(run_id: uuid.UUID, step: int) -> None:
+    """Restart the step's lease at the start of a stage."""
+    models.Run.objects.filter(pk=run_id, step=step).update(
+        step_lease_expires_at=timezone.now() + lease()
+    )

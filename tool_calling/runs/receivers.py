@@ -1,0 +1,114 @@
+"""How a durable run hears of its tool calls: receivers of ``tool_calling.signals``.
+
+``ToolCallingConfig.ready()`` connects them. The code that ends a call or decides an approval
+(``tool_calling.calls``) sends a signal and knows nothing of runs; here the run records the
+event, goes back to ``running`` once no call waits for a person, and queues its next step when
+the last call of its batch ended.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tool_calling import models, signals
+from tool_calling.runs import events, lifecycle
+
+__all__ = ["connect", "on_approval_decided", "on_tool_call_finished", "on_tool_call_started"]
+
+logger = logging.getLogger("tool_calling.runs")
+
+
+def on_tool_call_started(
+    sender: Any,
+    *,
+    execution_id: int,
+    run_id: Any,
+    tool_call_id: str,
+    tool_name: str,
+    attempt: int,
+    **kwargs: Any,
+) -> None:
+    """Record ``tool_call_started`` in the call's run."""
+    if run_id is None:
+        return
+    events.append(
+        run_id,
+        "tool_call_started",
+        {
+            "execution": execution_id,
+            "tool_call_id": tool_call_id,
+            "tool": tool_name,
+            "attempt": attempt,
+        },
+    )
+
+
+def on_tool_call_finished(
+    sender: Any,
+    *,
+    execution_id: int,
+    run_id: Any,
+    assistant_message_id: int | None,
+    tool_call_id: str,
+    tool_name: str,
+    status: str,
+    is_error: bool,
+    duration_ms: int | None,
+    **kwargs: Any,
+) -> None:
+    """Record ``tool_call_ended``; queue the run's next step if the batch has ended."""
+    if run_id is None:
+        return
+    events.append(
+        run_id,
+        "tool_call_ended",
+        {
+            "execution": execution_id,
+            "tool_call_id": tool_call_id,
+            "tool": tool_name,
+            "status": status,
+            "is_error": is_error,
+            "duration_ms": duration_ms,
+        },
+    )
+    if assistant_message_id is None:
+        return
+    running = (
+        models.ToolExecution.objects.filter(
+            run_id=run_id, assistant_message_id=assistant_message_id
+        )
+        .exclude(status__in=models.TERMINAL_STATUSES)
+        .exists()
+    )
+    if not running:
+        lifecycle.resume(run_id)
+        lifecycle.wake(run_id, assistant_message_id)
+
+
+def on_approval_decided(
+    sender: Any, *, execution: models.ToolExecution, decision: str, **kwargs: Any
+) -> None:
+    """Record ``approval_decided`` in the call's run; back to ``running`` when none waits."""
+    run_id = execution.run_id
+    if run_id is None:
+        return
+    lifecycle.resume(run_id)
+    data: dict[str, Any] = {
+        "execution": execution.pk,
+        "tool_call_id": execution.tool_call_id,
+        "tool": execution.tool_name,
+        "decision": decision,
+        "by": execution.decided_by_id,
+    }
+    for key in ("edited", "reason"):
+        if key in kwargs:
+            data[key] = kwargs[key]
+    events.append(run_id, "approval_decided", data)
+
+
+def connect() -> None:
+    """Connect the receivers (once; ``ToolCallingConfig.ready()`` calls it)."""
+    signals.tool_call_started.connect(on_tool_call_started, dispatch_uid="tc_runs_started")
+    signals.tool_call_finished.connect(on_tool_call_finished, dispatch_uid="tc_runs_finished")
+    signals.approval_decided.connect(on_approval_decided, dispatch_uid="tc_runs_decided")

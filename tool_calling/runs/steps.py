@@ -1,0 +1,386 @@
+"""The steps of a durable run: what ``tool_calling.run_step`` does each time it is delivered.
+
+A step reads the run's messages from the database and does what they call for next::
+
+    last message of the turn         the step
+    user message / tool responses    calls the model (memory stores its message)
+    assistant message with calls     decides as the in-process loop does: plans the calls,
+                                     records them and sends them to workers, then returns;
+                                     or ends the turn (round limit)
+    ... whose calls all ended        builds the responses (complete_tool_calls), ends the turn
+                                     (return-direct, limit) or stores them and goes on
+    assistant answer                 the run succeeded
+
+No step waits for a task: the last tool call of a batch to end queues the next step
+(``runs.receivers``). The decisions are the in-process loop's own (``decide_after_model``,
+``decide_after_tools``, ``plan_tool_calls``, ``complete_tool_calls``), and memory is the
+memory advisor of governed turns, so limits, return-direct and memory behave as in
+``governed_chat_client``. A step holds a lease on the run; a step redelivered after its worker
+died takes over once the lease expired and continues from the database, never running a
+finished tool again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from tool_calling import models, signals
+from tool_calling.calls import lifecycle as calls
+from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
+from tool_calling.calls.executors import outcome_of
+from tool_calling.conf import settings as app_settings
+from tool_calling.conversations import TurnLog, memory_advisor, renew_conversation_claim
+from tool_calling.core.chat._stream import aggregate
+from tool_calling.core.chat.advisors.base import AdvisorChain, ChatClientRequest, ChatClientResponse
+from tool_calling.core.chat.advisors.tool_calling import (
+    ANSWERED,
+    LoopEnding,
+    decide_after_model,
+    decide_after_tools,
+)
+from tool_calling.core.chat.memory import ChatMemory
+from tool_calling.core.chat.messages import AssistantMessage, Message
+from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
+from tool_calling.core.chat.response import ChatResponse, Generation
+from tool_calling.core.execution.eligibility import DefaultToolExecutionEligibilityPredicate
+from tool_calling.core.execution.plan import ToolCallPlan
+from tool_calling.core.execution.result import ToolExecutionResult
+from tool_calling.exceptions import ToolCallingError, ToolCallLimitExceededException
+from tool_calling.governance import GovernedTurn, chat_model, governed_turn
+from tool_calling.repositories import message_from_row
+from tool_calling.runs import events, lifecycle
+
+__all__ = ["advance_run"]
+
+logger = logging.getLogger("tool_calling.runs")
+
+R = models.RunStatus
+
+_TEXT_FLUSH_SECONDS = 0.25
+"""Streamed text is stored as ``text_delta`` events at most this often (one write per flush)."""
+
+_OUTCOME_FIELDS = ("id", "tool_name", "status", "result", "payload")
+
+
+@dataclass
+class _Step:
+    """What one step works with (read again at every stage)."""
+
+    run: models.Run
+    step: int
+    turn: GovernedTurn
+    options: ToolCallingChatOptions
+    log: TurnLog
+    messages: list[models.Message]
+    """The turn's stored messages, from the user's on."""
+
+
+def advance_run(run_id: uuid.UUID | str) -> None:
+    """Advance run ``run_id`` as far as it goes without waiting (the task's body).
+
+    Each stage is stored before the next starts; the step ends when the run ended or its tool
+    calls are running on workers (their last one queues the next step).
+    """
+    run_id = uuid.UUID(str(run_id))
+    step = lifecycle.claim_step(run_id)
+    if step is None:
+        return
+    heartbeat = lifecycle.step_heartbeat(run_id, step)
+    heartbeat.start()
+    try:
+        _advance(run_id, step)
+    except Exception as exc:
+        logger.exception("Step %s of run %s failed", step, run_id)
+        lifecycle.finish(
+            run_id,
+            R.FAILED,
+            error=(
+                f"Step {step} failed ({type(exc).__name__}); see the server log for run {run_id}."
+            ),
+        )
+    finally:
+        heartbeat.stop()
+        lifecycle.release_step(run_id, step)
+
+
+def _advance(run_id: uuid.UUID, step: int) -> None:
+    lifecycle.begin(run_id)
+    while True:
+        run = models.Run.objects.select_related("user", "user_message").get(pk=run_id)
+        if run.status not in models.RUN_ACTIVE_STATUSES or run.step != step:
+            return
+        if run.cancel_requested:
+            lifecycle.finish(run_id, R.CANCELLED)
+            return
+        lifecycle.touch_step(run_id, step)
+        renew_conversation_claim(run.conversation_id, run.turn_token)
+        state = _state(run, step)
+        last = state.messages[-1]
+        if last.role in (models.MessageRole.USER, models.MessageRole.TOOL):
+            _model_round(state, last)
+        elif last.role == models.MessageRole.ASSISTANT and not last.tool_calls:
+            lifecycle.finish(run_id, R.SUCCEEDED, answer=last.text or "")
+            return
+        elif last.role == models.MessageRole.ASSISTANT:
+            if run.plan.get("message") != last.pk:
+                if not _decide_and_plan(state, last):
+                    return
+            elif not _complete(state, last):
+                return
+        else:
+            raise ToolCallingError(f"Run {run_id}: cannot continue after a {last.role} message")
+
+
+def _state(run: models.Run, step: int) -> _Step:
+    log = TurnLog(run.conversation_id)
+    turn = governed_turn(
+        user=run.user,
+        conversation_id=run.conversation_id,
+        tool_names=run.tool_names,
+        run_id=run.pk,
+        log=log,
+    )
+    options = ToolCallingChatOptions(tool_callbacks=turn.callbacks, tool_context=turn.tool_context)
+    start = run.user_message.sequence if run.user_message is not None else 0
+    messages = list(
+        models.Message.objects.filter(
+            conversation_id=run.conversation_id, sequence__gte=start
+        ).order_by("sequence")
+    )
+    if not messages:
+        raise ToolCallingError(f"Run {run.pk}: the turn's user message is gone")
+    log.observe(messages)
+    return _Step(run, step, turn, options, log, messages)
+
+
+def _model_round(state: _Step, last: models.Message) -> None:
+    """Call the model through the memory advisor, which stores its message."""
+    run = state.run
+    rounds = 1 + sum(m.role == models.MessageRole.ASSISTANT for m in state.messages)
+    lifecycle.record_round(run.pk, rounds)
+    events.append(run.pk, "model_call", {"round": rounds})
+    model = chat_model()
+
+    def call_model(request: ChatClientRequest) -> ChatClientResponse:
+        return ChatClientResponse(model.call(request.prompt), request.context)
+
+    def stream_model(request: ChatClientRequest) -> Any:
+        return (
+            ChatClientResponse(chunk, request.context) for chunk in model.stream(request.prompt)
+        )
+
+    # What the in-process loop sends with memory inside it: the last message; the memory
+    # advisor puts the stored history before it and stores the model's message.
+    request = ChatClientRequest(
+        Prompt([message_from_row(last)], state.options),
+        {ChatMemory.CONVERSATION_ID: str(run.conversation_id)},
+    )
+    chain = AdvisorChain([memory_advisor(state.log)], call_model, stream_model)
+    response = _streamed(run.pk, rounds, chain.next_stream(request))
+    generation = response.result if response is not None else None
+    stored = state.log.last_sequence
+    if generation is None or stored is None:
+        # Nothing was stored (an empty answer): the turn ends with it.
+        lifecycle.finish(
+            run.pk,
+            R.SUCCEEDED,
+            answer=generation.output.text or "" if generation else "",
+            finish_reason=(generation.finish_reason or "") if generation else "",
+        )
+        return
+    lifecycle.record_finish_reason(run.pk, generation.finish_reason or "")
+    events.append(
+        run.pk,
+        "model_message",
+        {
+            "message": stored,
+            "tool_calls": len(generation.output.tool_calls),
+            # Token counts as the model reported them (None when it did not).
+            "usage": response.metadata.get("usage") if response is not None else None,
+        },
+    )
+
+
+def _streamed(
+    run_id: uuid.UUID, round_number: int, chunks: Iterator[ChatClientResponse]
+) -> ChatResponse | None:
+    """Consume the model's stream, recording its text as ``text_delta`` events; the whole.
+
+    The memory advisor stores the aggregated message when the stream ends; clients following
+    the run's events see the text as it comes (text written before tool calls included).
+    """
+    received: list[ChatResponse] = []
+    pending: list[str] = []
+    flushed = time.monotonic()
+
+    def flush() -> None:
+        nonlocal flushed
+        if pending:
+            events.append(run_id, "text_delta", {"round": round_number, "text": "".join(pending)})
+            pending.clear()
+        flushed = time.monotonic()
+
+    for chunk in chunks:
+        response = chunk.chat_response
+        if response is None:
+            continue
+        received.append(response)
+        for generation in response.generations[:1]:
+            if generation.output.text:
+                pending.append(generation.output.text)
+        if time.monotonic() - flushed >= _TEXT_FLUSH_SECONDS:
+            flush()
+    flush()
+    return aggregate(received) if received else None
+
+
+def _chat_response(message: models.Message) -> ChatResponse:
+    assistant = message_from_row(message)
+    assert isinstance(assistant, AssistantMessage)
+    return ChatResponse([Generation(assistant)])
+
+
+def _history(state: _Step, before: models.Message) -> list[Message]:
+    return [message_from_row(m) for m in state.messages if m.sequence < before.sequence]
+
+
+def _decide_and_plan(state: _Step, last: models.Message) -> bool:
+    """Decide after the model's calls; plan, record and send them. True to go on now."""
+    run = state.run
+    chat_response = _chat_response(last)
+    rounds = sum(m.role == models.MessageRole.ASSISTANT for m in state.messages)
+    decision = decide_after_model(
+        state.options,
+        chat_response,
+        rounds=rounds,
+        max_tool_rounds=int(app_settings.LIMITS["MAX_TOOL_ROUNDS"]),
+        eligibility=DefaultToolExecutionEligibilityPredicate(),
+    )
+    if decision == ANSWERED:
+        lifecycle.finish(run.pk, R.SUCCEEDED, answer=last.text or "")
+        return False
+    if isinstance(decision, LoopEnding):
+        _end(state, decision)
+        return False
+    manager = state.turn.manager
+    prompt = Prompt(_history(state, last), state.options)
+    offered = {cb.definition.name: cb for cb in state.turn.callbacks}
+    with transaction.atomic():
+        plan = manager.plan_tool_calls(prompt, chat_response)
+        executions: list[int] = []
+        gated: list[models.ToolExecution] = []
+        for job in plan.jobs:
+            call = job.call
+            tool = manager.governed.rows.get(call.name)
+            callback = offered.get(call.name)
+            needs_approval = bool(tool is not None and tool.requires_approval) or bool(
+                callback is not None and callback.metadata.requires_approval
+            )
+            row = calls.record_for_worker(
+                call,
+                state.options.tool_context,
+                tool=tool,
+                user=run.user,
+                conversation_id=run.conversation_id,
+                assistant_message_id=last.pk,
+                run_id=run.pk,
+                needs_approval=needs_approval,
+            )
+            executions.append(row.pk)
+            if needs_approval:
+                gated.append(row)
+            else:
+                dispatch_on_commit(Dispatch.of(row))
+        waiting = bool(executions)
+        stored = {"message": last.pk, "plan": plan.to_json(), "executions": executions}
+        if waiting:
+            lifecycle.wait_for_calls(run.pk, state.step, stored, last.pk)
+        else:
+            models.Run.objects.filter(pk=run.pk, step=state.step).update(plan=stored)
+        events.append(run.pk, "tool_calls", {"message": last.sequence, "calls": executions})
+        if gated:
+            lifecycle.wait(run.pk)
+            run.status = R.AWAITING_APPROVAL  # as receivers will see it
+            for row in gated:
+                signals.send_on_commit(
+                    signals.approval_requested, models.ToolExecution, execution=row, run=run
+                )
+                events.append(
+                    run.pk,
+                    "approval_needed",
+                    {
+                        "execution": row.pk,
+                        "tool_call_id": row.tool_call_id,
+                        "tool": row.tool_name,
+                        "expires_at": (
+                            row.approval_expires_at.isoformat() if row.approval_expires_at else None
+                        ),
+                    },
+                )
+    return not waiting
+
+
+def _complete(state: _Step, last: models.Message) -> bool:
+    """Build the responses of a batch whose calls all ended. True to go on now."""
+    run = state.run
+    stored = run.plan
+    ids: list[int] = stored["executions"]
+    rows = {
+        row["id"]: row
+        for row in models.ToolExecution.objects.filter(pk__in=ids).values(
+            *_OUTCOME_FIELDS, "status"
+        )
+    }
+    if any(rows.get(i) is None or rows[i]["status"] not in models.TERMINAL_STATUSES for i in ids):
+        # Calls still run: their last one queues the next step.
+        lifecycle.keep_waiting(run.pk, state.step, last.pk)
+        if all(
+            s in models.TERMINAL_STATUSES
+            for s in models.ToolExecution.objects.filter(pk__in=ids).values_list(
+                "status", flat=True
+            )
+        ):
+            lifecycle.wake(run.pk, last.pk)
+        return False
+    plan = ToolCallPlan.from_json(stored["plan"])
+    outcomes = [outcome_of(rows[i]) for i in ids]
+    outcome: ToolExecutionResult | ToolCallLimitExceededException
+    try:
+        outcome = state.turn.manager.complete_tool_calls(
+            Prompt(_history(state, last), state.options), plan, outcomes
+        )
+    except ToolCallLimitExceededException as exc:
+        outcome = exc
+    ending = decide_after_tools(_chat_response(last), outcome)
+    with transaction.atomic():
+        # The exact texts may hold what the audit redacts: keep them no longer than needed.
+        calls.purge_payloads(models.ToolExecution.objects.filter(pk__in=ids))
+        if ending is not None:
+            _end(state, ending)
+            return False
+        assert isinstance(outcome, ToolExecutionResult)
+        state.log.add(str(run.conversation_id), [outcome.conversation_history[-1]])
+        lifecycle.batch_done(run.pk)
+        events.append(run.pk, "tool_results", {"message": last.sequence + 1})
+    return True
+
+
+def _end(state: _Step, ending: LoopEnding) -> None:
+    """End the turn as the loop does: store its messages and the answer, in one transaction."""
+    run = state.run
+    generation = ending.response.result
+    with transaction.atomic():
+        state.log.add(str(run.conversation_id), ending.messages)
+        lifecycle.finish(
+            run.pk,
+            R.SUCCEEDED,
+            answer=(generation.output.text or "") if generation else "",
+            finish_reason=(generation.finish_reason or "") if generation else "",
+        )
