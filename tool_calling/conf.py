@@ -185,7 +185,7 @@ DEFAULTS: dict[str, Any] = {
         # Last-Event-ID and misses nothing.
         "SSE_MAX_SECONDS": 600,
     },
-    # --- Approval gates (tool_calling.approvals) ----------------------------------------------
+    # --- Approval gates (tool_calling.calls.approvals) -------------------------------------
     "APPROVALS": {
         # Seconds a call may wait for a person's approval; then it is denied ("expired") and
         # the run goes on. None = pending approvals never expire.

@@ -89,11 +89,13 @@ def _authenticate(request: HttpRequest) -> tuple[Any, HttpResponse | None]:
 def _error(exc: exceptions.APIException, request: Request) -> HttpResponse:
     """What DRF answers: 401 with ``WWW-Authenticate`` from the first class, else 403."""
     response = JsonResponse({"detail": str(exc.detail)}, status=exc.status_code)
+    if exc.status_code != 401:
+        return response
     authenticators = request.authenticators
     header = authenticators[0].authenticate_header(request) if authenticators else None
-    if exc.status_code == 401 and not header:
+    if not header:
         response.status_code = 403
-    elif header:
+    else:
         response["WWW-Authenticate"] = header
     return response
 

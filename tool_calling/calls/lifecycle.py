@@ -142,7 +142,7 @@ def lease() -> datetime.timedelta:
 def _guarded(name: str, execution_id: int, to: str | None = None) -> QuerySet[models.ToolExecution]:
     starts, ends = TRANSITIONS[name]
     if to is not None and to not in ends:
-        raise ToolCallingError(f"Transition {name!r} cannot end in status {to!r}.")
+        raise ToolCallingError(f"Transition {name!r} cannot end in status {str(to)!r}.")
     return models.ToolExecution.objects.filter(pk=execution_id, status__in=starts)
 
 

@@ -82,4 +82,5 @@ class ToolMetadata:
     """Return the tool's result to the caller as the answer instead of sending it to the model."""
     requires_approval: bool = False
     """A person must approve each call before it runs (background runs pause for it; see
-    ``tool_calling.approvals``). In code it is a floor: operators cannot lift it in the admin."""
+    ``tool_calling.calls.approvals``). In code it is a floor: operators cannot lift it in the
+    admin."""

@@ -1,0 +1,181 @@
+"""The state machines of calls and runs, walked from their tables (STYLE rule 26).
+
+For every transition of ``calls.lifecycle.TRANSITIONS`` and ``runs.lifecycle.TRANSITIONS``, and
+every status a row can be in: the named transition function succeeds exactly when the table
+lists that status as a start, leaves the row in a status the table lists as an end, and refuses
+(changing nothing) from every other status.
+"""
+
+from __future__ import annotations
+
+import datetime
+from unittest import mock
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from tool_calling import models
+from tool_calling.calls import lifecycle as calls
+from tool_calling.core.execution.plan import ToolOutcome
+from tool_calling.runs import lifecycle as runs
+
+pytestmark = pytest.mark.django_db
+
+S = models.ExecutionStatus
+R = models.RunStatus
+PAST = datetime.timedelta(seconds=5)
+
+
+def _call(status: str) -> models.ToolExecution:
+    return models.ToolExecution.objects.create(
+        tool_name="t",
+        tool_call_id="c1",
+        status=status,
+        attempt=1,
+        worker="w1",
+        mode=models.ExecutionMode.CELERY,
+        lease_expires_at=timezone.now() - PAST,
+        payload={"arguments": "{}", "context": {}},
+    )
+
+
+CALL_TRANSITIONS = {
+    "claim": lambda ref: calls.claim(ref, S.PENDING, task_id="t2", worker="w2") is not None,
+    "take_over": lambda ref: calls.claim(ref, S.RUNNING, task_id="t2", worker="w2") is not None,
+    "renew": lambda ref: calls.renew(ref),
+    "end_lease": lambda ref: calls.end_lease(ref.execution_id, "w1"),
+    "finish": lambda ref: calls.finish(ref, S.SUCCEEDED, ToolOutcome.ok("x"), duration_ms=1),
+    "settle_lost": lambda ref: bool(calls.settle_lost(ref, idempotent=False)),
+    "kill": lambda ref: calls.kill(ref.execution_id, "w1", "killed"),
+    "withdraw": lambda ref: calls.withdraw(ref, "gave up"),
+    "approve": lambda ref: calls.approve(ref.execution_id, approval="approved"),
+    "deny": lambda ref: calls.deny(ref, "denied", expired=False, user=None, reason=""),
+}
+
+
+def test_every_call_transition_has_a_function_and_every_status_is_covered():
+    assert set(CALL_TRANSITIONS) == set(calls.TRANSITIONS)
+    starts_and_ends = set().union(*(a | b for a, b in calls.TRANSITIONS.values()))
+    created = {S.PENDING, S.AWAITING_APPROVAL, S.RUNNING, S.REFUSED}  # by the record_* functions
+    assert starts_and_ends | created == set(S.values)
+
+
+@pytest.mark.parametrize("status", S.values)
+@pytest.mark.parametrize("name", sorted(calls.TRANSITIONS))
+def test_a_call_transition_succeeds_only_from_its_starts(name, status):
+    starts, ends = calls.TRANSITIONS[name]
+    row = _call(status)
+    before = models.ToolExecution.objects.values().get(pk=row.pk)
+    moved = CALL_TRANSITIONS[name](calls.CallRef.of(row))
+    after = models.ToolExecution.objects.values().get(pk=row.pk)
+    if status in starts:
+        assert moved is True
+        assert after["status"] in ends
+    else:
+        assert moved is False
+        assert after == before  # refused: nothing changed
+
+
+@pytest.mark.parametrize("name", ["take_over", "renew", "finish", "settle_lost"])
+def test_a_call_transition_is_fenced_by_the_attempt_it_acts_for(name):
+    """A writer acting for attempt 1 of a call now on attempt 2 changes nothing (R5)."""
+    starts, _ = calls.TRANSITIONS[name]
+    row = _call(next(iter(starts)))
+    models.ToolExecution.objects.filter(pk=row.pk).update(attempt=2)
+    before = models.ToolExecution.objects.values().get(pk=row.pk)
+    assert CALL_TRANSITIONS[name](calls.CallRef.of(row, attempt=1)) is False
+    assert models.ToolExecution.objects.values().get(pk=row.pk) == before
+
+
+def test_a_transition_cannot_end_in_a_status_its_table_does_not_list():
+    row = _call(S.RUNNING)
+    with pytest.raises(Exception, match="Transition 'finish' cannot end in status 'pending'"):
+        calls.finish(calls.CallRef.of(row), S.PENDING, ToolOutcome.ok("x"), duration_ms=1)
+
+
+def _run(status: str) -> models.Run:
+    owner = User.objects.get_or_create(username="owner")[0]
+    conversation = models.Conversation.objects.create(owner=owner)
+    return models.Run.objects.create(conversation=conversation, user=owner, status=status, text="x")
+
+
+def _retry(run: models.Run) -> bool:
+    try:
+        with mock.patch.object(runs, "publish"):
+            runs.retry_run(run)
+    except ValueError:
+        return False
+    return True
+
+
+RUN_TRANSITIONS = {
+    "begin": lambda run: runs.begin(run.pk),
+    "wait": lambda run: runs.wait(run.pk),
+    "resume": lambda run: runs.resume(run.pk),
+    "succeed": lambda run: runs.finish(run.pk, R.SUCCEEDED, answer="ok"),
+    "fail": lambda run: runs.finish(run.pk, R.FAILED, error="broken"),
+    "cancel": lambda run: runs.finish(run.pk, R.CANCELLED),
+    "retry": _retry,
+}
+
+
+def test_every_run_transition_has_a_function_and_every_status_is_covered():
+    assert set(RUN_TRANSITIONS) == set(runs.TRANSITIONS)
+    starts_and_ends = set().union(*(a | b for a, b in runs.TRANSITIONS.values()))
+    assert starts_and_ends == set(R.values)
+
+
+@pytest.mark.parametrize("status", R.values)
+@pytest.mark.parametrize("name", sorted(runs.TRANSITIONS))
+def test_a_run_transition_succeeds_only_from_its_starts(name, status):
+    starts, ends = runs.TRANSITIONS[name]
+    run = _run(status)
+    before = models.Run.objects.values().get(pk=run.pk)
+    moved = RUN_TRANSITIONS[name](run)
+    after = models.Run.objects.values().get(pk=run.pk)
+    if status in starts:
+        assert moved is True
+        assert after["status"] in ends
+        # ... once: the same transition from where it ended is refused, unless it starts there.
+        if after["status"] not in starts:
+            assert RUN_TRANSITIONS[name](run) is False
+    else:
+        assert moved is False
+        assert after == before
+
+
+def test_resume_waits_while_a_call_of_the_run_waits_for_a_person():
+    run = _run(R.AWAITING_APPROVAL)
+    call = _call(S.AWAITING_APPROVAL)
+    models.ToolExecution.objects.filter(pk=call.pk).update(run=run)
+    assert runs.resume(run.pk) is False
+    models.ToolExecution.objects.filter(pk=call.pk).update(status=S.DENIED)
+    assert runs.resume(run.pk) is True
+
+
+def test_an_ending_frees_the_conversation_before_the_event_is_stored():
+    run = _run(R.RUNNING)
+    token = "held"
+    models.Run.objects.filter(pk=run.pk).update(turn_token=token)
+    models.Conversation.objects.filter(pk=run.conversation_id).update(turn_token=token)
+    seen = []
+    original = runs.events.append
+
+    def append(run_id, kind, data=None):
+        seen.append(models.Conversation.objects.values_list("turn_token", flat=True).get())
+        return original(run_id, kind, data)
+
+    with mock.patch.object(runs.events, "append", side_effect=append):
+        assert runs.finish(run.pk, R.SUCCEEDED, answer="ok") is True
+    assert seen == [""]
+
+
+@pytest.mark.parametrize("name", ["take_over", "settle_lost"])
+def test_a_live_lease_is_never_taken_over_or_settled(name):
+    row = _call(S.RUNNING)
+    models.ToolExecution.objects.filter(pk=row.pk).update(
+        lease_expires_at=timezone.now() + datetime.timedelta(minutes=1)
+    )
+    assert CALL_TRANSITIONS[name](calls.CallRef.of(row)) is False
+    assert models.ToolExecution.objects.get(pk=row.pk).worker == "w1"

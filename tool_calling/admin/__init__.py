@@ -1,0 +1,17 @@
+"""The governance admin: tools, transcripts, the audit and the approval queue, one module each.
+
+Django's admin autodiscovery imports this package; each module registers its admin.
+"""
+
+from tool_calling.admin.approvals import ApprovalQueueAdmin
+from tool_calling.admin.conversations import ConversationAdmin
+from tool_calling.admin.executions import ToolExecutionAdmin
+from tool_calling.admin.tools import ToolAdmin, ToolLimitOverrideInline
+
+__all__ = [
+    "ApprovalQueueAdmin",
+    "ConversationAdmin",
+    "ToolAdmin",
+    "ToolExecutionAdmin",
+    "ToolLimitOverrideInline",
+]

@@ -1,0 +1,396 @@
+"""The admin of tools: enable, disable, limit, exclude, require approval; recent calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from tool_calling import models
+from tool_calling.admin.display import code_requires_approval, pre
+from tool_calling.admin.messages import (
+    APPROVAL_REQUIRED,
+    APPROVAL_SKIPPED,
+    DISABLED,
+    ENABLED,
+    EXCLUDED,
+    INCLUDED,
+    ActionText,
+)
+from tool_calling.admin.metrics import RECENT_WINDOW, with_recent_usage
+
+
+class ToolLimitOverrideInline(admin.StackedInline):
+    """The tool's per-turn call limit, or its exclusion from per-tool limits (at most one).
+
+    The override is part of the tool's governance, so it follows the ``Tool`` permissions: who
+    may change a tool may change its limit; who may only view it sees the limit read-only.
+    """
+
+    model = models.ToolLimitOverride
+    extra = 1
+    max_num = 1
+    fields = ("max_calls_per_turn", "excluded")
+    verbose_name = _("limit override")
+    verbose_name_plural = _("limit override")
+
+    def _tool_perm(self, request: HttpRequest, action: str) -> bool:
+        codename = get_permission_codename(action, models.Tool._meta)
+        return request.user.has_perm(f"{models.Tool._meta.app_label}.{codename}")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Adding an override is changing the tool."""
+        return self._tool_perm(request, "change")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Changing an override is changing the tool."""
+        return self._tool_perm(request, "change")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Removing an override is changing the tool."""
+        return self._tool_perm(request, "change")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Who may view the tool sees its override."""
+        return self._tool_perm(request, "view") or self._tool_perm(request, "change")
+
+
+@admin.register(models.Tool)
+class ToolAdmin(admin.ModelAdmin):
+    """Tools known from code, governed by operators.
+
+    Name, description and schema come from code (``sync_tools``) and are read-only; operators
+    enable, disable, require approval, limit and restrict tools, one by one or in bulk. Every
+    change takes effect on the next turn. Tools are never added here, and only tools missing
+    from code may be deleted: a deleted tool that is still in code would come back on the next
+    sync with the default settings, undoing the operators' choices.
+    """
+
+    list_display = (
+        "name",
+        "enabled",
+        "source",
+        "missing",
+        "requires_approval",
+        "limit",
+        "calls_24h",
+        "error_rate_24h",
+    )
+    list_filter = (
+        "enabled",
+        "missing",
+        "source",
+        "requires_approval",
+        "execution_mode",
+        "idempotent",
+    )
+    search_fields = ("name", "description")
+    list_select_related = ("limit_override",)
+    ordering = ("name",)
+    actions = (
+        "enable",
+        "disable",
+        "require_approval",
+        "skip_approval",
+        "exclude_from_limits",
+        "include_in_limits",
+    )
+    inlines = (ToolLimitOverrideInline,)
+    filter_horizontal = ("allowed_groups",)
+    readonly_fields = (
+        "name",
+        "description",
+        "source",
+        "missing",
+        "schema_hash",
+        "input_schema_display",
+        "created_at",
+        "updated_at",
+        "synced_at",
+    )
+    fieldsets = (
+        (
+            _("Definition (from code)"),
+            {
+                "fields": (
+                    "name",
+                    "description",
+                    "input_schema_display",
+                    "schema_hash",
+                    "source",
+                    "missing",
+                )
+            },
+        ),
+        (
+            _("Governance"),
+            {"fields": ("enabled", "requires_approval", "return_direct", "allowed_groups")},
+        ),
+        (_("Execution"), {"fields": ("execution_mode", "queue", "timeout", "idempotent")}),
+        (_("History"), {"fields": ("created_at", "updated_at", "synced_at")}),
+    )
+
+    # -- queryset and columns --------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[models.Tool]:
+        """Tools with their calls, errors and error rate of the last 24 hours.
+
+        The counts are correlated subqueries of the page's own query (no query per row). They
+        match executions by ``tool_name`` so that the ``(tool_name, -created_at)`` index bounds
+        each count to the window, instead of joining and grouping the whole audit table; the
+        list's count queries and filters stay free of them.
+        """
+        return with_recent_usage(super().get_queryset(request))
+
+    @admin.display(description=_("limit"))
+    def limit(self, obj: models.Tool) -> str:
+        """The per-turn limit override: a number, "excluded" or "default"."""
+        try:
+            override = obj.limit_override
+        except models.ToolLimitOverride.DoesNotExist:
+            return str(_("default"))
+        if override.excluded:
+            return str(_("excluded"))
+        if override.max_calls_per_turn is not None:
+            return str(override.max_calls_per_turn)
+        return str(_("default"))
+
+    @admin.display(description=_("calls (24 h)"), ordering="calls_24h")
+    def calls_24h(self, obj: models.Tool) -> str:
+        """Calls of the last 24 hours, linked to their audit rows."""
+        calls = getattr(obj, "calls_24h", 0)
+        try:
+            url = reverse("admin:tool_calling_toolexecution_changelist")
+        except NoReverseMatch:
+            return str(calls)
+        since = timezone.now() - RECENT_WINDOW
+        query = urlencode(
+            {"tool_name": obj.name, "created_at__gte": since.strftime("%Y-%m-%d %H:%M:%S%z")}
+        )
+        return format_html('<a href="{}?{}">{}</a>', url, query, calls)
+
+    @admin.display(description=_("error rate (24 h)"), ordering="error_rate_24h")
+    def error_rate_24h(self, obj: models.Tool) -> str:
+        """Share of the last 24 hours' calls that failed, were refused or timed out."""
+        rate = getattr(obj, "error_rate_24h", None)
+        if rate is None:
+            return self.get_empty_value_display()
+        text = f"{rate:.1f}"
+        return f"{text.removesuffix('.0')}%"
+
+    @admin.display(description=_("input schema"))
+    def input_schema_display(self, obj: models.Tool) -> str:
+        """The JSON Schema of the arguments, indented and escaped."""
+        return pre(obj.input_schema)
+
+    @admin.display(description=_("requires approval"))
+    def requires_approval_in_code(self, obj: models.Tool) -> str:
+        """Shown instead of the flag for tools whose code requires approval."""
+        return str(
+            _(
+                "Yes: the tool's code requires approval (@tool(requires_approval=True)); "
+                "it cannot be lifted here."
+            )
+        )
+
+    # -- the form --------------------------------------------------------------------------------
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        """Replace the approval flag by a read-only line when the tool's code requires it."""
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or not code_requires_approval(obj.name):
+            return fieldsets
+        return [
+            (
+                name,
+                {
+                    **options,
+                    "fields": [
+                        "requires_approval_in_code" if field == "requires_approval" else field
+                        for field in options["fields"]
+                    ],
+                },
+            )
+            for name, options in fieldsets
+        ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The definition; also the approval flag when the tool's code requires approval."""
+        fields = tuple(super().get_readonly_fields(request, obj))
+        if obj is not None and code_requires_approval(obj.name):
+            fields += ("requires_approval_in_code",)
+        return fields
+
+    # -- permissions -----------------------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Tools come from code (``sync_tools``), never from the admin."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Only tools missing from code may be deleted (one at a time)."""
+        if obj is not None and not obj.missing:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        """The governance actions; no bulk delete (see the class docstring)."""
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    # -- bulk actions ----------------------------------------------------------------------------
+
+    def _require_change_permission(self, request: HttpRequest) -> None:
+        # get_actions() already hides the actions; this guards direct calls and custom views.
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+
+    def _log(self, request: HttpRequest, tools: Iterable[models.Tool], message: str) -> None:
+        """Write one admin ``LogEntry`` per changed tool (shown in each tool's history)."""
+        tools = list(tools)
+        user_id = request.user.pk
+        if user_id is None:  # admin views require a logged-in user; never log anonymously
+            raise PermissionDenied
+        if tools:
+            LogEntry.objects.log_actions(
+                user_id=user_id,
+                queryset=tools,
+                action_flag=CHANGE,
+                change_message=message,
+            )
+
+    def _set_flag(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[models.Tool],
+        field: str,
+        value: bool,
+        text: ActionText,
+    ) -> None:
+        self._require_change_permission(request)
+        pks = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            changed = list(
+                models.Tool.objects.select_for_update()
+                .filter(pk__in=pks)
+                .exclude(**{field: value})
+                .order_by("name")
+            )
+            models.Tool.objects.filter(pk__in=[tool.pk for tool in changed]).update(
+                **{field: value, "updated_at": timezone.now()}
+            )
+            for tool in changed:
+                setattr(tool, field, value)
+            self._log(request, changed, text.log)
+        self._report(request, text, len(changed), len(pks) - len(changed))
+
+    def _report(self, request: HttpRequest, text: ActionText, changed: int, unchanged: int) -> None:
+        parts = []
+        if changed:
+            parts.append(text.done % {"count": changed})
+        if unchanged:
+            parts.append(text.unchanged % {"count": unchanged})
+        self.message_user(request, " ".join(parts), messages.SUCCESS if changed else messages.INFO)
+
+    @admin.action(permissions=["change"], description=_("Enable selected tools"))
+    def enable(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Offer the tools to the model again from the next turn."""
+        self._set_flag(request, queryset, "enabled", True, ENABLED)
+
+    @admin.action(permissions=["change"], description=_("Disable selected tools"))
+    def disable(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Stop offering the tools, and refuse their calls from the next tool call on."""
+        self._set_flag(request, queryset, "enabled", False, DISABLED)
+
+    @admin.action(permissions=["change"], description=_("Require approval for selected tools"))
+    def require_approval(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Make a person approve each call of the tools before it runs."""
+        self._set_flag(request, queryset, "requires_approval", True, APPROVAL_REQUIRED)
+
+    @admin.action(permissions=["change"], description=_("Skip approval for selected tools"))
+    def skip_approval(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Let the tools' calls run without a person's approval.
+
+        Tools whose code requires approval are left as they are, and the operator is told so:
+        the code is a floor (``sync_tools`` would set the flag again, and runs gate their calls
+        regardless).
+        """
+        self._require_change_permission(request)
+        names = queryset.order_by("name").values_list("name", flat=True)
+        floor = [name for name in names if code_requires_approval(name)]
+        if floor:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d tool requires approval in its code, which cannot be lifted here; "
+                    "left unchanged: %(names)s.",
+                    "%(count)d tools require approval in their code, which cannot be lifted "
+                    "here; left unchanged: %(names)s.",
+                    len(floor),
+                )
+                % {"count": len(floor), "names": ", ".join(floor)},
+                messages.WARNING,
+            )
+            queryset = queryset.exclude(name__in=floor)
+            if not queryset.exists():
+                return
+        self._set_flag(request, queryset, "requires_approval", False, APPROVAL_SKIPPED)
+
+    @admin.action(permissions=["change"], description=_("Exclude selected tools from limits"))
+    def exclude_from_limits(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Lift the per-tool call limit (calls still count toward the total per turn)."""
+        self._require_change_permission(request)
+        pks = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            tools = list(
+                models.Tool.objects.select_for_update()
+                .filter(pk__in=pks)
+                .select_related("limit_override")
+                .order_by("name")
+            )
+            new, flipped = [], []
+            for tool in tools:
+                try:
+                    override = tool.limit_override
+                except models.ToolLimitOverride.DoesNotExist:
+                    new.append(models.ToolLimitOverride(tool=tool, excluded=True))
+                    continue
+                if not override.excluded:
+                    flipped.append(tool)
+            models.ToolLimitOverride.objects.bulk_create(new)
+            models.ToolLimitOverride.objects.filter(tool__in=flipped).update(excluded=True)
+            changed = sorted([o.tool for o in new] + flipped, key=lambda tool: tool.name)
+            self._log(request, changed, EXCLUDED.log)
+        self._report(request, EXCLUDED, len(changed), len(pks) - len(changed))
+
+    @admin.action(permissions=["change"], description=_("Include selected tools in limits"))
+    def include_in_limits(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Apply the per-tool call limit again (the override's number, or the default)."""
+        self._require_change_permission(request)
+        pks = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            changed = list(
+                models.Tool.objects.select_for_update()
+                .filter(pk__in=pks, limit_override__excluded=True)
+                .order_by("name")
+            )
+            models.ToolLimitOverride.objects.filter(tool__in=changed).update(excluded=False)
+            self._log(request, changed, INCLUDED.log)
+        self._report(request, INCLUDED, len(changed), len(pks) - len(changed))
+
+
+# -- conversations -----------------------------------------------------------------------------
