@@ -72,6 +72,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that it sees every answer: under /api/ every error is JSON with a "detail",
+    # the ones Django answers before or instead of DRF included (404, 413, CSRF, 500).
+    "tool_calling.api.middleware.JSONErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -2,13 +2,15 @@
 
 Every view requires an authenticated user and reads through the owner-scoped querysets of
 ``tool_calling.api.permissions``, whatever the project's DRF defaults say (CHECKLIST S14).
-Failures are ``APIException`` subclasses, so clients get a status code and a ``detail``.
+Failures are ``APIException`` subclasses, so clients get a status code and a ``detail``
+(``tool_calling.api.errors``: a 400 also lists the ``errors`` by field).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
@@ -31,6 +33,7 @@ from rest_framework.throttling import ScopedRateThrottle
 
 from tool_calling import approvals, models, runs
 from tool_calling.api import serializers
+from tool_calling.api.errors import exception_handler
 from tool_calling.api.parsers import PARSERS
 from tool_calling.api.permissions import (
     IsOwnerOrStaff,
@@ -107,6 +110,14 @@ class TurnRateThrottle(ScopedRateThrottle):
         return rate
 
 
+class _ErrorShape:
+    """Every failure answers a ``detail`` (``tool_calling.api.errors``)."""
+
+    def get_exception_handler(self) -> Callable[..., Response | None]:
+        """The API's handler, whatever ``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` names."""
+        return exception_handler
+
+
 _PERMISSIONS = [IsAuthenticated, IsOwnerOrStaff]
 
 _INVALID_PAGE = (404, "`?page=` is not a page of the list.")
@@ -118,7 +129,7 @@ _INVALID_PAGE = (404, "`?page=` is not a page of the list.")
 @extend_schema_view(
     list=extend_schema(responses={200: serializers.ToolSerializer(many=True), **errors(401)}),
 )
-class ToolViewSet(viewsets.ViewSet):
+class ToolViewSet(_ErrorShape, viewsets.ViewSet):
     """``GET tools/``: the tools the requesting user may use (enabled, in their groups)."""
 
     permission_classes = _PERMISSIONS
@@ -153,7 +164,7 @@ class ToolViewSet(viewsets.ViewSet):
     ),
     create=extend_schema(
         description="Start a conversation; the requesting user owns it.",
-        responses={201: serializers.ConversationSerializer, **errors(400, 401, 403)},
+        responses={201: serializers.ConversationSerializer, **errors(400, 401, 403, 413)},
     ),
     retrieve=extend_schema(
         description="A conversation with its messages in order, tool calls and tool "
@@ -174,6 +185,7 @@ class ToolViewSet(viewsets.ViewSet):
     ),
 )
 class ConversationViewSet(
+    _ErrorShape,
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -264,6 +276,7 @@ class ConversationViewSet(
                 ),
                 404,
                 (409, "Another turn is running in this conversation: send when it ended."),
+                413,
                 429,
                 (
                     503,
@@ -290,7 +303,8 @@ class ConversationViewSet(
         query = serializers.WaitSerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         body = self.get_serializer(data=request.data)
-        if "tools" in getattr(request, "data", {}):
+        # The JSON parser takes objects only, and form bodies are QueryDicts: a mapping either way.
+        if isinstance(request.data, Mapping) and "tools" in request.data:
             body.context["available_tools"] = list(GovernedTools(request.user).available)
         body.is_valid(raise_exception=True)
         try:
@@ -365,7 +379,7 @@ def _wait_for(run: models.Run, seconds: int) -> models.Run:
         responses={200: serializers.RunDetailSerializer, **errors(401, 404)},
     ),
 )
-class RunViewSet(viewsets.ReadOnlyModelViewSet):
+class RunViewSet(_ErrorShape, viewsets.ReadOnlyModelViewSet):
     """The user's runs (``?status=`` filters the list); ``POST {id}/cancel/`` stops one."""
 
     permission_classes = _PERMISSIONS
@@ -545,7 +559,7 @@ _DECISION_REFUSED = (
         responses={200: serializers.ToolExecutionSerializer, **errors(401, 404)},
     ),
 )
-class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
+class ToolExecutionViewSet(_ErrorShape, viewsets.ReadOnlyModelViewSet):
     """Tool calls: the user's own (all of them for approvers); approve or deny gated ones.
 
     ``?status=awaiting_approval`` is the approval queue; ``?run=<id>`` one run's calls.
@@ -600,6 +614,7 @@ class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
                 _DECISION_REFUSED,
                 404,
                 (409, "The call is not awaiting approval (decided, expired, or never gated)."),
+                413,
             ),
         },
     )
@@ -641,6 +656,7 @@ class ToolExecutionViewSet(viewsets.ReadOnlyModelViewSet):
                 _DECISION_REFUSED,
                 404,
                 (409, "The call is not awaiting approval (decided, expired, or never gated)."),
+                413,
             ),
         },
     )
