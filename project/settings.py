@@ -196,9 +196,23 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
-# --- Celery (read by project/celery.py through the CELERY_ namespace) ----------------------
+# --- Cache ----------------------------------------------------------------------------------
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# Redis, so that every web process counts the same turns: DRF's throttles (the API's
+# tool_calling_turns rate) count in the default cache, and the local-memory cache would count per
+# process. Bounded timeouts: a stalled Redis answers the throttle's 503, never a hang.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "tool_calling_example",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    },
+}
+
+# --- Celery (read by project/celery.py through the CELERY_ namespace) ----------------------
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
@@ -274,6 +288,9 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
+        # Replaces the handlers Django gives its own logger (DEFAULT_LOGGING: a console handler
+        # while DEBUG is on): with those and the root's, every 4xx and 500 was logged twice.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "tool_calling": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

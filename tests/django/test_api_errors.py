@@ -7,6 +7,7 @@ numbers where text belongs, bodies over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, look-al
 
 import asyncio
 import json
+import socket
 from unittest import mock
 from urllib.parse import urlencode
 
@@ -339,3 +340,30 @@ def test_other_methods_on_the_events_url_are_a_json_405(alice, script, method):
         "detail": f'Method "{method.upper()}" not allowed.'
     }
     assert response["Allow"] == "GET, HEAD"
+
+
+# -- the turn throttle's cache -------------------------------------------------------------------
+
+
+def test_a_throttle_cache_that_does_not_answer_is_a_503_and_nothing_is_saved(alice, script):
+    script(text("Hello"))
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    unreachable = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{closed}/0",
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
+    conversation = conversation_of(alice)
+    with override_settings(CACHES=unreachable):
+        response = client_for(alice).post(
+            url("conversation-messages", conversation.pk), {"text": "Hi"}, format="json"
+        )
+    assert assert_json_detail(response, 503) == {
+        "detail": "The turn was not started: the rate limiter's cache is unavailable. Nothing "
+        "was saved; send the message again later."
+    }
+    assert not conversation.messages.exists() and not models.Run.objects.exists()

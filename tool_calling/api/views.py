@@ -8,11 +8,13 @@ Failures are ``APIException`` subclasses, so clients get a status code and a ``d
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -48,6 +50,7 @@ from tool_calling.resolvers import GovernedTools
 
 __all__ = [
     "BrokerUnavailable",
+    "RateLimiterUnavailable",
     "ConversationBusy",
     "ConversationViewSet",
     "Pagination",
@@ -57,6 +60,8 @@ __all__ = [
     "ToolViewSet",
     "TurnRateThrottle",
 ]
+
+logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.25
 """How often ``?wait=N`` looks at the run again."""
@@ -87,6 +92,17 @@ class BrokerUnavailable(APIException):
     default_code = "broker_unavailable"
 
 
+class RateLimiterUnavailable(APIException):
+    """503: the cache that counts turns (the throttle's) did not answer; nothing was saved."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = (
+        "The turn was not started: the rate limiter's cache is unavailable. Nothing was saved; "
+        "send the message again later."
+    )
+    default_code = "rate_limiter_unavailable"
+
+
 # -- shared pieces ------------------------------------------------------------------------------
 
 
@@ -108,6 +124,16 @@ class TurnRateThrottle(ScopedRateThrottle):
         self.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
         rate: str | None = super().get_rate()
         return rate
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        """DRF's answer; a cache that fails (Redis down or stalled) is a 503, not a 500."""
+        try:
+            return bool(super().allow_request(request, view))
+        except ImproperlyConfigured:
+            raise  # no rate for the scope: the project's configuration, not the cache
+        except Exception as exc:  # the cache backend's own errors: redis.ConnectionError, ...
+            logger.warning("The turn throttle's cache failed: %r", exc)
+            raise RateLimiterUnavailable() from exc
 
 
 class _ErrorShape:
@@ -281,7 +307,8 @@ class ConversationViewSet(
                 (
                     503,
                     "The turn could not be queued (the message broker is unavailable); the "
-                    "message and the run are saved, the run is failed and can be retried.",
+                    "message and the run are saved, the run is failed and can be retried. Or the "
+                    "cache that counts turns for the rate limit did not answer: nothing is saved.",
                 ),
             ),
         },
