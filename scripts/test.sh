@@ -3,7 +3,7 @@
 # Arguments go to pytest, e.g. `bash scripts/test.sh tests/django -k checks`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/_venv.sh
+source scripts/_venv.sh all
 bash scripts/setup_browser.sh
 
 echo "== ruff check"

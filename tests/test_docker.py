@@ -1,4 +1,4 @@
-"""docker/: the compose file and Dockerfile agree with project/settings.py and requirements.txt."""
+"""docker/: the compose file and Dockerfile agree with project/settings.py and the requirements."""
 
 import os
 import re
@@ -197,17 +197,20 @@ def test_postgres_service(services):
     )
 
 
-def test_dockerfile_builds_from_python_311_slim_and_installs_requirements():
+def test_dockerfile_builds_from_python_311_slim_and_installs_the_runtime_requirements():
+    """The runtime only: no test tools in the image (requirements/test.txt)."""
     text = DOCKERFILE.read_text()
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.MULTILINE)
-    assert re.search(r"^RUN pip install .*-r requirements\.txt", text, re.MULTILINE)
-    assert re.search(r"^COPY requirements\.txt ", text, re.MULTILINE)
-    assert (ROOT / "requirements.txt").is_file()
+    assert re.search(r"^RUN pip install .*-r requirements/runtime\.txt", text, re.MULTILINE)
+    assert re.search(r"^COPY requirements/runtime\.txt ", text, re.MULTILINE)
+    assert not re.search(r"^(COPY|RUN) .*(requirements\.txt|test\.txt)", text, re.MULTILINE)
+    assert (ROOT / "requirements" / "runtime.txt").is_file()
 
 
 def test_requirements_include_the_postgres_driver():
     """DATABASE_URL in compose.yml is postgres://, so the image needs a driver."""
-    assert re.search(r"^psycopg(\[binary\])?==", (ROOT / "requirements.txt").read_text(), re.M)
+    runtime = (ROOT / "requirements" / "runtime.txt").read_text()
+    assert re.search(r"^psycopg(\[binary\])?==", runtime, re.M)
 
 
 # -- safe defaults (issue #15) -------------------------------------------------------------------
