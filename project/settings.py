@@ -8,7 +8,7 @@ the same variables for its web and worker services:
     DJANGO_DEBUG          "true"/"false" (default "true": this is an example project)
     DJANGO_ALLOWED_HOSTS  comma-separated host names (default "localhost,127.0.0.1,[::1]")
     DATABASE_URL          e.g. postgres://user:pass@host:5432/db (default: SQLite at var/db.sqlite3)
-    REDIS_URL             Celery broker and result backend (default redis://127.0.0.1:6379/0)
+    REDIS_URL             Celery broker, result backend and cache (default redis://127.0.0.1:6379/0)
     OPENAI_API_KEY        API key of the OpenAI-compatible server
     OPENAI_BASE_URL       base URL of an OpenAI-compatible server (vLLM, Ollama); empty = OpenAI
     OPENAI_MODEL          chat model name (default "gpt-4o-mini")
