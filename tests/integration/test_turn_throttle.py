@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,10 +31,13 @@ ASK = """
 import json, sys, types
 import django
 django.setup()
-from tool_calling.api.views import TurnRateThrottle
+from tool_calling.api.views import RateLimiterUnavailable, TurnRateThrottle
 request = types.SimpleNamespace(user=types.SimpleNamespace(is_authenticated=True, pk=1), META={})
 view = types.SimpleNamespace(throttle_scope="tool_calling_turns")
-allowed = sum(TurnRateThrottle().allow_request(request, view) for _ in range(int(sys.argv[1])))
+try:
+    allowed = sum(TurnRateThrottle().allow_request(request, view) for _ in range(int(sys.argv[1])))
+except RateLimiterUnavailable as exc:
+    allowed = exc.status_code
 print(json.dumps(allowed))
 """
 
@@ -64,8 +68,9 @@ def redis_url(tmp_path):
             pytest.fail("redis-server did not start")
         time.sleep(0.05)
     try:
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://127.0.0.1:{port}/0", process
     finally:
+        process.send_signal(signal.SIGCONT)
         process.terminate()
         process.wait(10)
 
@@ -85,7 +90,7 @@ def ask(times: int, env: dict[str, str]) -> int:
     return int(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-def test_two_processes_share_one_turn_count(tmp_path, redis_url):
+def project_env(tmp_path, redis_url):
     env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
     env.update(
         DJANGO_SETTINGS_MODULE="project.settings",
@@ -93,6 +98,21 @@ def test_two_processes_share_one_turn_count(tmp_path, redis_url):
         DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
         PYTHONPATH=str(ROOT),
     )
+    return env
+
+
+def test_two_processes_share_one_turn_count(tmp_path, redis_url):
+    env = project_env(tmp_path, redis_url[0])
     # The project's rate is 30 a minute: the second process gets what the first left.
     assert ask(20, env) == 20
     assert ask(20, env) == 10
+
+
+def test_a_stalled_redis_makes_the_throttle_answer_503_not_hang(tmp_path, redis_url):
+    """SIGSTOP: connections are accepted, nothing answers; the cache's socket timeout ends it."""
+    url, process = redis_url
+    env = project_env(tmp_path, url)
+    process.send_signal(signal.SIGSTOP)
+    # The 503 of RateLimiterUnavailable, not a 500; a hang fails ask()'s 60 s subprocess timeout
+    # (the project's cache gives up after its 2 s socket timeout).
+    assert ask(1, env) == 503
