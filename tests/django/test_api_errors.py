@@ -367,3 +367,10 @@ def test_a_throttle_cache_that_does_not_answer_is_a_503_and_nothing_is_saved(ali
         "was saved; send the message again later."
     }
     assert not conversation.messages.exists() and not models.Run.objects.exists()
+
+
+@override_settings(ROOT_URLCONF="tests.django.urls_without_api")
+def test_where_the_api_is_not_mounted_the_middleware_changes_nothing():
+    response = Client().get("/api/no-such-thing/")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
