@@ -13,7 +13,7 @@ def main() -> None:
         raise ImportError(
             "Couldn't import Django. Are you sure it's installed and available on your "
             "PYTHONPATH environment variable? Did you forget to activate a virtual environment? "
-            "(bash scripts/run.sh creates .venv and installs requirements.txt.)"
+            "(bash scripts/run.sh creates .venv and installs requirements/runtime.txt.)"
         ) from exc
     execute_from_command_line(sys.argv)
 

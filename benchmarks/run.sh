@@ -17,7 +17,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 # Reinstall only when a requirements file (or the venv's Python) changed since the last install.
-wanted=$(cat requirements.txt benchmarks/requirements.txt <("$VENV/bin/python" -VV) | sha256sum)
+wanted=$(cat requirements.txt requirements/*.txt benchmarks/requirements.txt <("$VENV/bin/python" -VV) | sha256sum)
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$wanted" ]; then
     echo "Installing requirements.txt and benchmarks/requirements.txt into $VENV ..." >&2
     "$VENV/bin/python" -m pip install --quiet -r requirements.txt -r benchmarks/requirements.txt

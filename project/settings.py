@@ -8,7 +8,7 @@ the same variables for its web and worker services:
     DJANGO_DEBUG          "true"/"false" (default "true": this is an example project)
     DJANGO_ALLOWED_HOSTS  comma-separated host names (default "localhost,127.0.0.1,[::1]")
     DATABASE_URL          e.g. postgres://user:pass@host:5432/db (default: SQLite at var/db.sqlite3)
-    REDIS_URL             Celery broker and result backend (default redis://127.0.0.1:6379/0)
+    REDIS_URL             Celery broker, result backend and cache (default redis://127.0.0.1:6379/0)
     OPENAI_API_KEY        API key of the OpenAI-compatible server
     OPENAI_BASE_URL       base URL of an OpenAI-compatible server (vLLM, Ollama); empty = OpenAI
     OPENAI_MODEL          chat model name (default "gpt-4o-mini")
@@ -72,6 +72,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that it sees every answer: under /api/ every error is JSON with a "detail",
+    # the ones Django answers before or instead of DRF included (404, 413, CSRF, 500).
+    "tool_calling.api.middleware.JSONErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -193,9 +196,23 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
-# --- Celery (read by project/celery.py through the CELERY_ namespace) ----------------------
+# --- Cache ----------------------------------------------------------------------------------
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# Redis, so that every web process counts the same turns: DRF's throttles (the API's
+# tool_calling_turns rate) count in the default cache, and the local-memory cache would count per
+# process. Bounded timeouts: a stalled Redis answers the throttle's 503, never a hang.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "tool_calling_example",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    },
+}
+
+# --- Celery (read by project/celery.py through the CELERY_ namespace) ----------------------
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
@@ -271,6 +288,9 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
+        # Replaces the handlers Django gives its own logger (DEFAULT_LOGGING: a console handler
+        # while DEBUG is on): with those and the root's, every 4xx and 500 was logged twice.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "tool_calling": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

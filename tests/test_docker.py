@@ -1,7 +1,10 @@
-"""docker/: the compose file and Dockerfile agree with project/settings.py and requirements.txt."""
+"""docker/: the compose file and Dockerfile agree with project/settings.py and the requirements."""
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -194,14 +197,110 @@ def test_postgres_service(services):
     )
 
 
-def test_dockerfile_builds_from_python_311_slim_and_installs_requirements():
+def test_dockerfile_builds_from_python_311_slim_and_installs_the_runtime_requirements():
+    """The runtime only: no test tools in the image (requirements/test.txt)."""
     text = DOCKERFILE.read_text()
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.MULTILINE)
-    assert re.search(r"^RUN pip install .*-r requirements\.txt", text, re.MULTILINE)
-    assert re.search(r"^COPY requirements\.txt ", text, re.MULTILINE)
-    assert (ROOT / "requirements.txt").is_file()
+    assert re.search(r"^RUN pip install .*-r requirements/runtime\.txt", text, re.MULTILINE)
+    assert re.search(r"^COPY requirements/runtime\.txt ", text, re.MULTILINE)
+    assert not re.search(r"^(COPY|RUN) .*(requirements\.txt|test\.txt)", text, re.MULTILINE)
+    assert (ROOT / "requirements" / "runtime.txt").is_file()
 
 
 def test_requirements_include_the_postgres_driver():
     """DATABASE_URL in compose.yml is postgres://, so the image needs a driver."""
-    assert re.search(r"^psycopg(\[binary\])?==", (ROOT / "requirements.txt").read_text(), re.M)
+    runtime = (ROOT / "requirements" / "runtime.txt").read_text()
+    assert re.search(r"^psycopg(\[binary\])?==", runtime, re.M)
+
+
+# -- safe defaults (issue #15) -------------------------------------------------------------------
+
+_VARIABLE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+
+
+class MissingVariable(Exception):
+    pass
+
+
+def interpolate(value, env):
+    """What compose makes of a value: ${X}, ${X:-default}, ${X-default}, ${X:?error}, $$."""
+
+    def substitute(match):
+        if match.group(0) == "$$":
+            return "$"
+        name, operator, argument = match.groups()
+        present = name in env
+        empty = present and env[name] == ""
+        if operator in (":?", "?") and (not present or (operator == ":?" and empty)):
+            raise MissingVariable(f"{name}: {argument}")
+        if operator in (":-", "-") and (not present or (operator == ":-" and empty)):
+            return argument
+        return env.get(name, "")
+
+    return _VARIABLE.sub(substitute, value)
+
+
+def test_compose_refuses_to_start_without_a_secret_key(services):
+    """No published fallback key: compose stops, naming the variable."""
+    env = environment(services["web"])
+    assert env["DJANGO_SECRET_KEY"].startswith("${DJANGO_SECRET_KEY:?")
+    for unset in ({}, {"DJANGO_SECRET_KEY": ""}):
+        with pytest.raises(MissingVariable, match="DJANGO_SECRET_KEY: set DJANGO_SECRET_KEY"):
+            interpolate(env["DJANGO_SECRET_KEY"], unset)
+    assert interpolate(env["DJANGO_SECRET_KEY"], {"DJANGO_SECRET_KEY": "k" * 50}) == "k" * 50
+
+
+def test_compose_runs_django_with_debug_off_by_default(services):
+    env = environment(services["web"])
+    assert interpolate(env["DJANGO_DEBUG"], {}) == "false"
+    assert interpolate(env["DJANGO_DEBUG"], {"DJANGO_DEBUG": "true"}) == "true"
+
+
+def test_only_the_web_server_is_published_and_on_loopback_by_default(services):
+    assert [name for name, service in services.items() if service.get("ports")] == ["web"]
+    (published,) = services["web"]["ports"]
+    assert interpolate(published, {}) == "127.0.0.1:8000:8000"
+    assert interpolate(published, {"WEB_BIND": "0.0.0.0", "WEB_PORT": "80"}) == "0.0.0.0:80:8000"
+    # The file says what it binds, where a person reads it.
+    assert "127.0.0.1:8000 only" in COMPOSE.read_text()
+
+
+def test_the_image_runs_with_debug_off():
+    """Outside compose too: `docker run` of the image alone gets DEBUG off."""
+    assert re.search(r"^ENV DJANGO_DEBUG=false\b", DOCKERFILE.read_text(), re.MULTILINE)
+
+
+def test_the_settings_refuse_debug_off_without_a_secret_key(tmp_path):
+    """What the image does with DEBUG off and no key: it refuses to start, saying why."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="project.settings",
+        DJANGO_DEBUG="false",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: Set DJANGO_SECRET_KEY when DJANGO_DEBUG is false." in (
+        result.stderr
+    )
+    env["DJANGO_SECRET_KEY"] = "tests-only-" + "k" * 40
+    accepted = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert accepted.returncode == 0, accepted.stderr

@@ -1,8 +1,11 @@
 """The main job: `bash scripts/run.sh` brings up the example system, and Ctrl-C takes it down.
 
 Started as a person would (run.sh, or scripts/devserver.py when the tests do not run on the
-repository's .venv), with its own web port, Redis port, SQLite file and var/ directory, and no
-model configured, so the scripted replay server answers.
+repository's .venv), with its own web port, Redis port and var/ directory (which holds its SQLite
+file), and no model configured, so the scripted replay server answers. The main test starts it
+with SIGINT ignored, as a background job of a non-interactive shell starts it (`bash
+scripts/test.sh &`): its Ctrl-C must stop everything all the same. It also pastes the README's
+API walk-through, as one block, against the running system.
 """
 
 import os
@@ -103,16 +106,25 @@ def alive(pid):
     return stat[stat.rindex(")") + 2] != "Z"
 
 
+def ignore_sigint():
+    """What a non-interactive shell does for a job it starts in the background."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def restore_sigint():
+    """A terminal's foreground job: SIGINT as the system defines it, whatever pytest inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class System:
     """The orchestrator as a subprocess, its output collected line by line."""
 
-    def __init__(self, tmp_path, **env):
+    def __init__(self, tmp_path, *, sigint_ignored=False, **env):
         self.port = free_port()
         self.redis_port = free_port()
-        self.env = clean_env(
-            PORT=str(self.port), DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", **env
-        )
-        argv = [*launcher(), "--redis-port", str(self.redis_port), "--var", str(tmp_path / "var")]
+        self.var = tmp_path / "var"
+        self.env = clean_env(PORT=str(self.port), **env)
+        argv = [*launcher(), "--redis-port", str(self.redis_port), "--var", str(self.var)]
         self.lines = []
         self.proc = subprocess.Popen(
             argv,
@@ -123,6 +135,7 @@ class System:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # our SIGINT stands for the terminal's Ctrl-C
+            preexec_fn=ignore_sigint if sigint_ignored else restore_sigint,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -176,12 +189,22 @@ class System:
 
 
 @pytest.fixture
-def system(tmp_path):
-    started = System(tmp_path)
+def system(tmp_path, request):
+    started = System(tmp_path, **getattr(request, "param", {}))
     try:
         yield started
     finally:
         started.kill()
+
+
+def readme_api_walk_through(port):
+    """The README's API walk-through and its event-stream commands, as one pasted block."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.DOTALL)
+    walk = next(b for b in blocks if "drf_create_token admin" in b)
+    stream = next(b for b in blocks if "Last-Event-ID: 5" in b)
+    script = (walk + stream).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    return script.replace(".venv/bin/python", shlex.quote(sys.executable))
 
 
 def run(argv, env, timeout=60):
@@ -190,14 +213,18 @@ def run(argv, env, timeout=60):
     )
 
 
+@pytest.mark.parametrize("system", [{"sigint_ignored": True}], indirect=True)
 def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
     system.wait_for_line("devserver: ready", timeout=90)
     out = system.output
 
-    # The model is the scripted replay server, and it says so.
+    # The model is the scripted replay server, and it says so; so is the development setup.
     assert BANNER in out
+    assert "development setup" in out and "docker/compose.yml" in out
     env = clean_env(**system.try_env())  # the printed command's variables, and only those
-    assert env["DATABASE_URL"] == system.env["DATABASE_URL"]
+    # --var holds the database too: a second system with another --var shares nothing.
+    assert env["DATABASE_URL"] == f"sqlite:///{system.var / 'db.sqlite3'}"
+    assert (system.var / "db.sqlite3").is_file()
     assert env["REDIS_URL"] == f"redis://127.0.0.1:{system.redis_port}/0"
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", env["OPENAI_BASE_URL"])
 
@@ -223,9 +250,8 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
         assert logged_in.status_code == 302 and logged_in.headers["location"] == "/admin/"
         tools = web.get("/admin/tool_calling/tool/")
         assert tools.status_code == 200
-        assert {"get_weather", "get_current_time", "add_numbers"} <= set(
-            re.findall(r"get_weather|get_current_time|add_numbers", tools.text)
-        )
+        demo_tools = {"get_weather", "get_current_time", "add_numbers", "refund_order"}
+        assert demo_tools <= set(re.findall("|".join(demo_tools), tools.text))
         assert web.get("/").headers["location"] == "/admin/"
 
     # A chat turn against the replay server calls the demo tool.
@@ -236,6 +262,18 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
     assert re.search(r'"city":\s*"Oslo"', chat.stdout), chat.stdout
     assert re.search(rf'"temperature":\s*{weather["temperature"]}\b', chat.stdout), chat.stdout
     assert weather["conditions"] in chat.stdout
+
+    # The README's API walk-through, pasted as one block, works as written: every request
+    # succeeds (curl fails on any 4xx or 5xx, a 409 from a turn still running included).
+    shell_env = clean_env(**system.try_env())
+    shell_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{shell_env.get('PATH', '')}"
+    walk = subprocess.run(
+        ["bash", "-c", 'set -euo pipefail; curl() { command curl --fail-with-body "$@"; }; ' +
+         readme_api_walk_through(system.port)],
+        cwd=ROOT, env=shell_env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert walk.returncode == 0, f"{walk.stdout}\n{walk.stderr}"
+    assert '"status":"succeeded"' in walk.stdout and "event: succeeded" in walk.stdout
 
     # A Celery worker answers on that broker.
     for _ in range(5):

@@ -148,7 +148,7 @@ def test_create_list_retrieve_and_delete_a_conversation(alice):
 def test_a_title_longer_than_the_model_allows_is_a_400(alice):
     response = client_for(alice).post(url("conversation-list"), {"title": "x" * 201}, format="json")
     assert response.status_code == 400
-    assert "title" in response.data
+    assert "title" in response.data["errors"]
 
 
 def test_conversations_are_paginated_by_20(alice):
@@ -229,7 +229,7 @@ def test_a_wait_outside_1_to_60_seconds_is_a_400(alice, script, wait):
     conversation = conversation_of(alice)
     response = send(client_for(alice), conversation, "Hi", f"?wait={wait}")
     assert response.status_code == 400
-    assert "wait" in response.data
+    assert set(response.data["errors"]) == {"wait"}
     assert not conversation.messages.exists()
 
 
@@ -248,7 +248,7 @@ def test_an_empty_or_missing_message_is_a_400(alice, body, expected):
         url("conversation-messages", conversation.pk), body, format="json"
     )
     assert response.status_code == 400
-    assert [str(error) for error in response.data["text"]] == [expected]
+    assert [str(error) for error in response.data["errors"]["text"]] == [expected]
     assert not conversation.messages.exists() and not models.Run.objects.exists()
 
 
@@ -259,7 +259,7 @@ def test_a_message_longer_than_the_setting_is_a_400(alice, script):
     with override_settings(TOOL_CALLING={**settings.TOOL_CALLING, "API": {"MAX_MESSAGE_CHARS": 5}}):
         response = send(client, conversation, "123456")
         assert response.status_code == 400
-        assert [str(e) for e in response.data["text"]] == [
+        assert [str(e) for e in response.data["errors"]["text"]] == [
             "The message is 6 characters long; at most 5 are accepted."
         ]
         assert send(client, conversation, "12345").status_code == 202
@@ -269,7 +269,7 @@ def test_the_default_limit_is_32000_characters(alice, script):
     script(text("ok"))
     conversation = conversation_of(alice)
     response = send(client_for(alice), conversation, "x" * 32001)
-    assert response.status_code == 400 and "32000" in str(response.data["text"][0])
+    assert response.status_code == 400 and "32000" in str(response.data["errors"]["text"][0])
 
 
 def test_malformed_json_is_a_400(alice):
@@ -354,7 +354,7 @@ def test_runs_list_filters_by_status(alice, script):
     failed = client.get(url("run-list"), {"status": "failed"})
     assert [r["status"] for r in failed.data["results"]] == ["failed"]
     unknown = client.get(url("run-list"), {"status": "done"})
-    assert unknown.status_code == 400 and "status" in unknown.data
+    assert unknown.status_code == 400 and "status" in unknown.data["errors"]
 
 
 def test_cancel_asks_a_queued_run_to_stop(alice, script):

@@ -146,7 +146,7 @@ def test_edited_arguments_are_validated_against_the_schema(alice, staff, script)
         format="json",
     )
     assert bad.status_code == 400
-    assert "amount" in str(bad.data["arguments"])
+    assert "amount" in str(bad.data["errors"]["arguments"])
     not_object = client.post(
         url("tool-execution-approve", call.pk), {"arguments": [1, 2]}, format="json"
     )
@@ -435,7 +435,7 @@ def test_unknown_tools_in_a_turn_are_a_400_and_nothing_is_stored(alice, script, 
         url("conversation-messages", conversation.pk), {"text": "Hi", "tools": tools}, format="json"
     )
     assert response.status_code == 400
-    assert message in str(response.data["tools"])
+    assert message in str(response.data["errors"]["tools"])
     assert not conversation.messages.exists() and not models.Run.objects.exists()
 
 
@@ -448,7 +448,7 @@ def test_a_tool_the_user_may_not_use_is_unknown_to_them(alice, script):
         format="json",
     )
     assert response.status_code == 400
-    detail = str(response.data["tools"])
+    detail = str(response.data["errors"]["tools"])
     assert "Unknown or unavailable tool(s): live_lookup." in detail
     assert "live_refund" in detail.split("Your tools:")[1]
     assert "live_lookup" not in detail.split("Your tools:")[1]

@@ -31,10 +31,10 @@ def chat_model_settings(server):
     }
 
 
-def run_chat(server, *args):
+def run_chat(server, *args, **options):
     stdout, stderr = StringIO(), StringIO()
     with override_settings(TOOL_CALLING=chat_model_settings(server)):
-        call_command("chat", *args, stdout=stdout, stderr=stderr)
+        call_command("chat", *args, stdout=stdout, stderr=stderr, **options)
     return stdout.getvalue(), stderr.getvalue()
 
 
@@ -171,6 +171,62 @@ def test_a_model_failure_is_a_command_error():
     )
 
 
+EMPTY = "The message is empty: give the text to send as an argument, or on stdin with '-'."
+
+
+@pytest.mark.parametrize("message", ["", "   ", "\n\t"])
+def test_a_blank_message_is_a_command_error_as_in_the_api(message):
+    with ReplayServer([]) as server:
+        with pytest.raises(CommandError, match=re.escape(EMPTY)):
+            run_chat(server, message)
+        assert server.requests == []
+    assert not models.Conversation.objects.exists()
+
+
+def test_a_message_longer_than_the_api_takes_is_a_command_error():
+    with ReplayServer([]) as server:
+        with pytest.raises(CommandError) as caught:
+            run_chat(server, "x" * 32001)
+        assert server.requests == []
+    assert str(caught.value) == (
+        "The message is 32001 characters long; at most 32000 are accepted "
+        "(TOOL_CALLING['API']['MAX_MESSAGE_CHARS'])."
+    )
+    assert not models.Conversation.objects.exists()
+
+
+@pytest.mark.parametrize("args", [("-",), ()])
+def test_the_message_can_come_from_stdin(args):
+    with ReplayServer([text("Hello!")]) as server:
+        stdout, _ = run_chat(server, *args, stdin=StringIO("Hi there,\nhow are you?\n"))
+        requests = server.requests
+
+    assert stdout == "Hello!\n"
+    # The text as read, less the newline that ends the input.
+    assert requests[0]["messages"] == [{"role": "user", "content": "Hi there,\nhow are you?"}]
+
+
+def test_a_blank_stdin_is_a_command_error():
+    with ReplayServer([]) as server:
+        with pytest.raises(CommandError, match=re.escape(EMPTY)):
+            run_chat(server, "-", stdin=StringIO("\n"))
+
+
+class Terminal(StringIO):
+    def isatty(self):
+        return True
+
+
+def test_without_a_message_a_terminal_is_not_read():
+    with ReplayServer([]) as server:
+        with pytest.raises(CommandError) as caught:
+            run_chat(server, stdin=Terminal())
+    assert str(caught.value) == (
+        'Give the message as an argument (manage.py chat "What\'s the weather?"), or pipe it in '
+        "with '-' (echo \"What's the weather?\" | manage.py chat -)."
+    )
+
+
 @pytest.mark.integration
 def test_manage_py_chat_runs_as_a_process(tmp_path):
     env = {
@@ -196,9 +252,10 @@ def test_manage_py_chat_runs_as_a_process(tmp_path):
     with ReplayServer(steps) as server:
         env["OPENAI_BASE_URL"] = server.base_url + "/v1"
         chat = subprocess.run(
-            [*manage, "chat", "Weather in Oslo?", "--tool", "get_weather"],
+            [*manage, "chat", "-", "--tool", "get_weather"],
             cwd=REPO_ROOT,
             env=env,
+            input="Weather in Oslo?\n",  # a pipe, as in: echo "Weather in Oslo?" | ... chat -
             capture_output=True,
             text=True,
             timeout=120,
@@ -207,6 +264,7 @@ def test_manage_py_chat_runs_as_a_process(tmp_path):
 
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout == "It is sunny in Oslo.\n"
+    assert requests[0]["messages"] == [{"role": "user", "content": "Weather in Oslo?"}]
     assert [offered(body) for body in requests] == [["get_weather"], ["get_weather"]]
     assert requests[1]["messages"][-1]["tool_call_id"] == "call_1"
     assert all(authorized for authorized in server.authorization)

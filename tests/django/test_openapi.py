@@ -4,7 +4,9 @@
 out of date. The last one is a property-based run of schemathesis against the WSGI app: every
 operation of the schema, with generated valid and invalid input, as a staff user who owns a
 conversation whose run waits for an approval and one whose run failed (so that approve, deny,
-cancel, retry and the conflicts answer for real), must never answer a server error.
+cancel, retry and the conflicts answer for real), must never answer a server error. Operations
+that take a body are also sent bare JSON values (``5``, ``null``, ``"x"``, ``[1]``), which
+schemathesis's negative mode does not generate (it found no 500 there; issue #15 did).
 """
 
 import difflib
@@ -190,6 +192,25 @@ def owned():
             cache.clear()
 
 
+BARE_JSON = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+    st.lists(st.one_of(st.integers(), st.text(max_size=5)), max_size=3),
+)
+"""JSON values that are not objects: every body of the API is an object."""
+
+
+def with_bare_body(pair):
+    """The case, with a bare JSON value as its body instead of the generated object."""
+    case, value = pair
+    case.body = value
+    case.media_type = "application/json"
+    return case, True
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("label", OPERATIONS)
 def test_no_input_makes_the_api_answer_a_server_error(label, api_schema, owned, caplog):
@@ -198,13 +219,25 @@ def test_no_input_makes_the_api_answer_a_server_error(label, api_schema, owned, 
     known = next((ids for prefix, ids in owned.items() if operation.path.startswith(prefix)), [])
     # Generated ids find nothing (404): most cases use the ids of what the user owns instead.
     strategies = [
-        operation.as_strategy(generation_mode=mode, path_parameters=path_parameters)
+        operation.as_strategy(generation_mode=mode, path_parameters=path_parameters).map(
+            lambda case: (case, False)
+        )
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
         for path_parameters in [None, *({"id": value} for value in known)]
     ]
+    takes_body = "requestBody" in operation.definition.raw
+    if takes_body:
+        strategies += [
+            st.tuples(
+                operation.as_strategy(path_parameters={"id": value} if value else None),
+                BARE_JSON,
+            ).map(with_bare_body)
+            for value in [None, *known]
+        ]
     # JSON for every operation: an SSE stream under WSGI would be read to its end.
     headers = {"Authorization": f"Token {owned['token']}", "Accept": "application/json"}
     statuses: list[int] = []
+    bare_bodies: list[object] = []
 
     @hypothesis_settings(
         max_examples=EXAMPLES_PER_OPERATION,
@@ -213,9 +246,12 @@ def test_no_input_makes_the_api_answer_a_server_error(label, api_schema, owned, 
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
-    @given(case=st.one_of(strategies))
-    def call(case):
+    @given(drawn=st.one_of(strategies))
+    def call(drawn):
+        case, bare = drawn
         caplog.clear()
+        if bare:
+            bare_bodies.append(case.body)
         response = case.call(headers=headers)
         statuses.append(response.status_code)
         try:
@@ -229,3 +265,4 @@ def test_no_input_makes_the_api_answer_a_server_error(label, api_schema, owned, 
     elapsed = time.monotonic() - started
     print(f"{label}: {len(statuses)} cases in {elapsed:.1f}s, statuses {sorted(set(statuses))}")
     assert statuses and max(statuses) < 500
+    assert bare_bodies or not takes_body, "no bare JSON value was sent"

@@ -410,6 +410,52 @@ def test_demo_mode_echoes_when_no_tool_is_named() -> None:
     )
 
 
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+def test_demo_mode_answers_a_message_holding_deeply_nested_json(depth: int) -> None:
+    """Issue #15: the server's thread died on it, which the app reported as a model timeout."""
+    deep = '{"a": ' * depth + "1" + "}" * depth
+    with ReplayServer(mode="demo") as server:
+        model = model_for(server, timeout=10)
+        response = model.call(with_tools(f"get_weather in Oslo {deep}", WEATHER))
+        after = model.call(with_tools("Hello there", WEATHER))  # and it still serves
+
+    assert response.result is not None
+    # Too deep to be the arguments: the demo fills them from the words instead.
+    assert response.result.output.tool_calls == [
+        ToolCall("call_1", "get_weather", '{"city":"Oslo"}')
+    ]
+    assert after.result is not None and after.result.output.text
+
+
+def test_demo_mode_refuses_a_body_nested_too_deeply_with_a_400() -> None:
+    with ReplayServer(mode="demo") as server:
+        request = urllib.request.Request(
+            server.base_url + "/v1/chat/completions",
+            ("[" * 100_000 + "]" * 100_000).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 400
+    assert json.loads(refused.value.read())["error"]["message"] == (
+        "The request body is not JSON (or is nested too deeply to parse)."
+    )
+
+
+def test_an_unexpected_failure_answers_500_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the server answers an error the client can show, never a dropped connection."""
+    from tool_calling.testing import server as server_module
+
+    def broken(body: Any) -> Any:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(server_module, "_demo_step", broken)
+    with ReplayServer(mode="demo") as server:
+        with pytest.raises(ChatModelResponseError) as failed:
+            model_for(server).call(with_tools("Hello there", WEATHER))
+    assert "ReplayServer failed: KeyError('boom')" in str(failed.value)
+
+
 # -- the command line ----------------------------------------------------------------------------
 
 

@@ -32,5 +32,11 @@ event stream is an async view: serve the project with ASGI and
 throttled with the ``ScopedRateThrottle`` scope ``tool_calling_turns`` (its rate in
 ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``).
 
+Every error answers JSON with a ``detail`` (``tool_calling.api.errors``; a 400 also lists the
+``errors`` by field). Add ``tool_calling.api.middleware.JSONErrorMiddleware`` first in
+``MIDDLEWARE`` so that the errors Django answers itself under the API's prefix (unknown paths,
+bodies over ``DATA_UPLOAD_MAX_MEMORY_SIZE``: 413, server errors) are JSON too. The turn throttle
+counts in the default cache: use one the web processes share (Redis), not the local-memory one.
+
 This package imports Django REST framework: it is not part of the pure-Python core.
 """

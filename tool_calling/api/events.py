@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -36,6 +37,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
@@ -111,14 +113,27 @@ def _start(request: HttpRequest, pk: uuid.UUID) -> tuple[uuid.UUID | None, HttpR
     return found, None
 
 
-def _after(request: HttpRequest) -> int | None:
-    """The last event the client has: ``Last-Event-ID``, else ``?after=``; ``None`` if bad."""
-    raw = request.headers.get("Last-Event-ID") or request.GET.get("after") or "0"
-    try:
-        value = int(raw)
-    except ValueError:
-        return None
-    return value if value >= 0 else None
+_SEQUENCE = re.compile(r"[0-9]{1,18}")
+"""An event sequence number as a client sends it: ASCII digits that fit a 64-bit integer.
+
+``int()`` alone would take ``٣``, ``1_0`` and `` 5``."""
+
+
+def _after(request: HttpRequest) -> tuple[int, str | None]:
+    """The last event the client has (``Last-Event-ID``, else ``?after=``, else 0).
+
+    Returns the number, or 0 and why the value is refused.
+    """
+    header = request.headers.get("Last-Event-ID")
+    if header:  # EventSource sends none before its first event; an empty one is none too
+        name, raw = "Last-Event-ID", header
+    elif "after" in request.GET:
+        name, raw = "?after=", request.GET["after"]
+    else:
+        return 0, None
+    if not _SEQUENCE.fullmatch(raw):
+        return 0, f"{name} must be an event sequence number (digits 0-9), got {raw!r}."
+    return int(raw), None
 
 
 def _events_after(run_id: uuid.UUID, after: int) -> list[dict[str, Any]]:
@@ -252,8 +267,22 @@ def _wants_stream(request: HttpRequest) -> bool:
     return "text/event-stream" in request.headers.get("Accept", "")
 
 
+def _ended_before(run_id: uuid.UUID, after: int) -> bool:
+    """Whether the run ended and the client has its every event (its last is ``after`` or less)."""
+    status, events = _read(run_id, after)
+    return not events and (status in models.RUN_TERMINAL_STATUSES or status == _DELETED)
+
+
+# Exempt from the CSRF middleware: the view changes nothing, and answers every method but GET
+# and HEAD with a JSON 405 (the middleware would answer an HTML 403 first).
+@csrf_exempt
 async def run_events(request: HttpRequest, pk: uuid.UUID) -> HttpResponseBase:
-    """The run's events: an SSE stream, or JSON for polling (see the module docstring)."""
+    """The run's events: an SSE stream, or JSON for polling (see the module docstring).
+
+    A stream asked for after the last event of a run that ended answers 204 No Content: the
+    status that tells a browser's ``EventSource`` not to reconnect (a stream that just closes
+    would be reopened every ``retry`` milliseconds, forever).
+    """
     if request.method not in ("GET", "HEAD"):
         return JsonResponse(
             {"detail": f'Method "{request.method}" not allowed.'},
@@ -264,13 +293,12 @@ async def run_events(request: HttpRequest, pk: uuid.UUID) -> HttpResponseBase:
     if refusal is not None:
         return refusal
     assert run_id is not None
-    after = _after(request)
-    if after is None:
-        return JsonResponse(
-            {"detail": "Last-Event-ID and ?after= take an event sequence number (0 or more)."},
-            status=400,
-        )
+    after, refused = _after(request)
+    if refused is not None:
+        return JsonResponse({"detail": refused}, status=400)
     if _wants_stream(request):
+        if await _db(functools.partial(_ended_before, run_id, after)):
+            return HttpResponse(status=204)
         under_asgi = isinstance(request, ASGIRequest)
         return StreamingHttpResponse(
             _stream_async(run_id, after) if under_asgi else _stream_sync(run_id, after),

@@ -43,28 +43,36 @@ class ErrorSerializer(serializers.Serializer):
 
 
 class ValidationErrorSerializer(serializers.Serializer):
-    """What an invalid request answers (400): the messages by field, or ``detail``.
+    """What an invalid request answers (400): ``detail``, and the messages by field.
 
     Documentation only; its schema comes from ``_ValidationErrorExtension``.
     """
 
 
 class _ValidationErrorExtension(OpenApiSerializerExtension):
-    """Maps ``ValidationErrorSerializer``: an object of message lists, keyed by field name."""
+    """Maps ``ValidationErrorSerializer``: ``detail``, and ``errors`` keyed by field name."""
 
     target_class = ValidationErrorSerializer
 
     def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        """DRF's validation errors: ``{"<field>": ["<message>", ...]}``, or ``{"detail": ...}``."""
+        """``{"detail": "...", "errors": {"<field>": ["<message>", ...]}}``; ``errors`` optional."""
         return {
             "type": "object",
             "description": (
-                "The errors of the request, as lists of messages keyed by field name (e.g. "
-                '`{"text": ["The message is empty."]}`); a body that cannot be parsed answers '
-                '`{"detail": "..."}` instead.'
+                "Why the request is invalid: `detail` says it in one sentence (each message "
+                "prefixed with its field), `errors` lists the messages by field name (e.g. "
+                '`{"detail": "text: The message is empty.", "errors": {"text": ["The message '
+                'is empty."]}}`). A body that cannot be parsed answers `detail` only.'
             ),
-            "properties": {"detail": {"type": "string"}},
-            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            "properties": {
+                "detail": {"type": "string", "description": "Why, in one sentence."},
+                "errors": {
+                    "type": "object",
+                    "description": "The messages by field name (list items by their index).",
+                    "additionalProperties": {},
+                },
+            },
+            "required": ["detail"],
         }
 
 
@@ -76,6 +84,7 @@ _DESCRIPTIONS = {
     ),
     403: "Refused: a session-authenticated request without its CSRF token.",
     404: "Not found, or not visible to this user: other users' objects answer 404.",
+    413: "The body is larger than the server accepts (Django's `DATA_UPLOAD_MAX_MEMORY_SIZE`).",
     429: "Too many requests: `Retry-After` says in how many seconds to send again.",
 }
 
@@ -119,10 +128,15 @@ With `Accept: text/event-stream` the answer is an SSE stream: every stored event
 the run ends (its `succeeded`, `failed` or `cancelled` event is the last one sent) or \
 `TOOL_CALLING["API"]["SSE_MAX_SECONDS"]` passed. A client that reconnects with \
 `Last-Event-ID` misses nothing and sees nothing twice. Quiet streams get a `: keep-alive` \
-comment every `TOOL_CALLING["API"]["SSE_KEEPALIVE_SECONDS"]`.
+comment every `TOOL_CALLING["API"]["SSE_KEEPALIVE_SECONDS"]`. A stream asked for after the last \
+event of a run that ended answers 204 No Content, which tells a browser's `EventSource` not to \
+reconnect.
 
 Otherwise the answer is JSON: the events after `N`, the run's status, and `last_event_id` to \
 send as `?after=` on the next poll."""
+
+_MAX_SEQUENCE = 10**18 - 1
+"""The largest ``?after=`` (18 digits: it fits a 64-bit integer column)."""
 
 _SSE_EXAMPLE = (
     "retry: 2000\n\n"
@@ -178,16 +192,16 @@ def add_run_events(
             {
                 "in": "query",
                 "name": "after",
-                "schema": {"type": "integer", "minimum": 0, "default": 0},
-                "description": "The sequence number of the last event the client has; "
-                "events after it are answered.",
+                "schema": {"type": "integer", "minimum": 0, "maximum": _MAX_SEQUENCE, "default": 0},
+                "description": "The sequence number of the last event the client has, in "
+                "ASCII digits; events after it are answered.",
             },
             {
                 "in": "header",
                 "name": "Last-Event-ID",
-                "schema": {"type": "integer", "minimum": 0},
+                "schema": {"type": "integer", "minimum": 0, "maximum": _MAX_SEQUENCE},
                 "description": "As `?after=`, and preferred to it: what an SSE client sends "
-                "when it reconnects.",
+                "when it reconnects (empty: none).",
             },
         ],
         "tags": copy.deepcopy(run_operation.get("tags", [])),
@@ -208,8 +222,13 @@ def add_run_events(
                     },
                 },
             },
+            "204": {
+                "description": "An SSE request after the last event of a run that ended: "
+                "nothing more will come (an `EventSource` stops reconnecting).",
+            },
             "400": {
-                "description": "`Last-Event-ID` or `?after=` is not a sequence number (0 or more).",
+                "description": "`Last-Event-ID` or `?after=` is not a sequence number "
+                "(ASCII digits).",
                 "content": {"application/json": {"schema": error}},
             },
             "401": {

@@ -6,14 +6,17 @@ summary (tool, status, duration), never arguments, results or error details (CHE
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from django.db import models as db_models
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
 from tool_calling import models
+from tool_calling.api.errors import json_type
 from tool_calling.conf import settings as app_settings
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "RunDetailSerializer",
     "RunSerializer",
     "ReviewedToolExecutionSerializer",
+    "StrictCharField",
     "ToolExecutionSerializer",
     "ToolSerializer",
     "TurnSerializer",
@@ -37,6 +41,42 @@ def _url(name: str, pk: object, request: Any) -> str:
     match = getattr(request, "resolver_match", None)
     namespace = match.namespace if match is not None and match.namespace else "tool_calling"
     return str(reverse(f"{namespace}:{name}", kwargs={"pk": pk}, request=request))
+
+
+class StrictCharField(serializers.CharField):
+    """DRF's ``CharField`` for JSON strings only: ``123`` is refused, not stored as ``"123"``."""
+
+    default_error_messages = {"not_a_string": "Expected a string, got {kind}."}
+
+    def to_internal_value(self, data: Any) -> str:
+        """The string; anything else (a number, a boolean, an array...) fails validation."""
+        if not isinstance(data, str):
+            self.fail("not_a_string", kind=json_type(data))
+        return str(super().to_internal_value(data))
+
+
+class _SecondsField(serializers.IntegerField):
+    """A number of seconds in a query, ASCII digits only (``int()`` takes ``٣``, ``1_0``)."""
+
+    default_error_messages = {
+        "not_digits": "Expected a number of seconds (digits 0-9), got {value!r}."
+    }
+
+    def to_internal_value(self, data: Any) -> int:
+        """The number; anything but 1 to 9 ASCII digits fails validation."""
+        if not (isinstance(data, str) and re.fullmatch(r"[0-9]{1,9}", data)):
+            self.fail("not_digits", value=data)
+        return int(super().to_internal_value(data))
+
+
+class _StrictModelSerializer(serializers.ModelSerializer):
+    """A ``ModelSerializer`` whose text fields take JSON strings only."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        db_models.CharField: StrictCharField,
+        db_models.TextField: StrictCharField,
+    }
 
 
 class ToolSerializer(serializers.Serializer):
@@ -60,7 +100,7 @@ class MessageSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ConversationSerializer(serializers.ModelSerializer):
+class ConversationSerializer(_StrictModelSerializer):
     """A conversation without its messages (lists, create)."""
 
     url = serializers.SerializerMethodField()
@@ -97,9 +137,9 @@ class TurnSerializer(serializers.Serializer):
     The view passes the names of the tools the user may use as ``context["available_tools"]``.
     """
 
-    text = serializers.CharField(trim_whitespace=False, allow_blank=True)
+    text = StrictCharField(trim_whitespace=False, allow_blank=True)
     tools = serializers.ListField(
-        child=serializers.CharField(max_length=64),
+        child=StrictCharField(max_length=64),
         required=False,
         allow_empty=False,
         max_length=128,
@@ -134,7 +174,7 @@ class TurnSerializer(serializers.Serializer):
 class WaitSerializer(serializers.Serializer):
     """The query of ``POST conversations/{id}/messages/``: ``?wait=N`` seconds."""
 
-    wait = serializers.IntegerField(required=False, min_value=1)
+    wait = _SecondsField(required=False, min_value=1)
 
     def validate_wait(self, wait: int) -> int:
         """Refuse waits longer than ``API["MAX_WAIT_SECONDS"]``."""
@@ -314,7 +354,7 @@ class ApproveSerializer(serializers.Serializer):
         help_text="Run the call with these arguments (a JSON object) instead of the model's; "
         "they are checked against the tool's schema.",
     )
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    note = StrictCharField(required=False, allow_blank=True, max_length=2000)
 
     def validate_arguments(self, arguments: Any) -> Any:
         """Only a JSON object can be a tool's arguments."""
@@ -326,4 +366,4 @@ class ApproveSerializer(serializers.Serializer):
 class DenySerializer(serializers.Serializer):
     """The body of ``POST tool-executions/{id}/deny/``: why (the model is told)."""
 
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    reason = StrictCharField(required=False, allow_blank=True, max_length=2000)

@@ -3,15 +3,19 @@
 Every view requires the permissions of ``TOOL_CALLING["API"]["PERMISSION_CLASSES"]``
 (default: an authenticated user), whatever the project's DRF defaults say, and reads through
 the owner-scoped querysets of ``tool_calling.api.permissions`` (CHECKLIST S14).
-Failures are ``APIException`` subclasses, so clients get a status code and a ``detail``.
+Failures are ``APIException`` subclasses, so clients get a status code and a ``detail``
+(``tool_calling.api.errors``: a 400 also lists the ``errors`` by field).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -32,6 +36,7 @@ from rest_framework.throttling import ScopedRateThrottle
 
 from tool_calling import models, runs
 from tool_calling.api import serializers
+from tool_calling.api.errors import exception_handler
 from tool_calling.api.parsers import PARSERS
 from tool_calling.api.permissions import (
     IsOwnerOrStaff,
@@ -48,6 +53,7 @@ from tool_calling.resolvers import GovernedTools
 
 __all__ = [
     "BrokerUnavailable",
+    "RateLimiterUnavailable",
     "ConversationBusy",
     "ConversationViewSet",
     "Pagination",
@@ -57,6 +63,8 @@ __all__ = [
     "ToolViewSet",
     "TurnRateThrottle",
 ]
+
+logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.25
 """How often ``?wait=N`` looks at the run again."""
@@ -87,6 +95,17 @@ class BrokerUnavailable(APIException):
     default_code = "broker_unavailable"
 
 
+class RateLimiterUnavailable(APIException):
+    """503: the cache that counts turns (the throttle's) did not answer; nothing was saved."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = (
+        "The turn was not started: the rate limiter's cache is unavailable. Nothing was saved; "
+        "send the message again later."
+    )
+    default_code = "rate_limiter_unavailable"
+
+
 # -- shared pieces ------------------------------------------------------------------------------
 
 
@@ -109,6 +128,24 @@ class TurnRateThrottle(ScopedRateThrottle):
         rate: str | None = super().get_rate()
         return rate
 
+    def allow_request(self, request: Any, view: Any) -> bool:
+        """DRF's answer; a cache that fails (Redis down or stalled) is a 503, not a 500."""
+        try:
+            return bool(super().allow_request(request, view))
+        except ImproperlyConfigured:
+            raise  # no rate for the scope: the project's configuration, not the cache
+        except Exception as exc:  # the cache backend's own errors: redis.ConnectionError, ...
+            logger.warning("The turn throttle's cache failed: %r", exc)
+            raise RateLimiterUnavailable() from exc
+
+
+class _ErrorShape:
+    """Every failure answers a ``detail`` (``tool_calling.api.errors``)."""
+
+    def get_exception_handler(self) -> Callable[..., Response | None]:
+        """The API's handler, whatever ``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` names."""
+        return exception_handler
+
 
 class _Governed:
     """Views that require ``API["PERMISSION_CLASSES"]`` on top of their own object rules."""
@@ -129,7 +166,7 @@ _INVALID_PAGE = (404, "`?page=` is not a page of the list.")
 @extend_schema_view(
     list=extend_schema(responses={200: serializers.ToolSerializer(many=True), **errors(401)}),
 )
-class ToolViewSet(_Governed, viewsets.ViewSet):
+class ToolViewSet(_ErrorShape, _Governed, viewsets.ViewSet):
     """``GET tools/``: the tools the requesting user may use (enabled, in their groups)."""
 
     parser_classes = PARSERS
@@ -163,7 +200,7 @@ class ToolViewSet(_Governed, viewsets.ViewSet):
     ),
     create=extend_schema(
         description="Start a conversation; the requesting user owns it.",
-        responses={201: serializers.ConversationSerializer, **errors(400, 401, 403)},
+        responses={201: serializers.ConversationSerializer, **errors(400, 401, 403, 413)},
     ),
     retrieve=extend_schema(
         description="A conversation with its messages in order, tool calls and tool "
@@ -184,6 +221,7 @@ class ToolViewSet(_Governed, viewsets.ViewSet):
     ),
 )
 class ConversationViewSet(
+    _ErrorShape,
     _Governed,
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -274,11 +312,13 @@ class ConversationViewSet(
                 ),
                 404,
                 (409, "Another turn is running in this conversation: send when it ended."),
+                413,
                 429,
                 (
                     503,
                     "The turn could not be queued (the message broker is unavailable); the "
-                    "message and the run are saved, the run is failed and can be retried.",
+                    "message and the run are saved, the run is failed and can be retried. Or the "
+                    "cache that counts turns for the rate limit did not answer: nothing is saved.",
                 ),
             ),
         },
@@ -300,7 +340,8 @@ class ConversationViewSet(
         query = serializers.WaitSerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         body = self.get_serializer(data=request.data)
-        if "tools" in getattr(request, "data", {}):
+        # The JSON parser takes objects only, and form bodies are QueryDicts: a mapping either way.
+        if isinstance(request.data, Mapping) and "tools" in request.data:
             body.context["available_tools"] = list(GovernedTools(request.user).available)
         body.is_valid(raise_exception=True)
         try:
@@ -375,7 +416,7 @@ def _wait_for(run: models.Run, seconds: int) -> models.Run:
         responses={200: serializers.RunDetailSerializer, **errors(401, 404)},
     ),
 )
-class RunViewSet(_Governed, viewsets.ReadOnlyModelViewSet):
+class RunViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet):
     """The user's runs (``?status=`` filters the list); ``POST {id}/cancel/`` stops one."""
 
     parser_classes = PARSERS
@@ -554,7 +595,7 @@ _DECISION_REFUSED = (
         responses={200: serializers.ToolExecutionSerializer, **errors(401, 404)},
     ),
 )
-class ToolExecutionViewSet(_Governed, viewsets.ReadOnlyModelViewSet):
+class ToolExecutionViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet):
     """Tool calls: the user's own (all of them for approvers); approve or deny gated ones.
 
     ``?status=awaiting_approval`` is the approval queue; ``?run=<id>`` one run's calls.
@@ -609,6 +650,7 @@ class ToolExecutionViewSet(_Governed, viewsets.ReadOnlyModelViewSet):
                 _DECISION_REFUSED,
                 404,
                 (409, "The call is not awaiting approval (decided, expired, or never gated)."),
+                413,
             ),
         },
     )
@@ -650,6 +692,7 @@ class ToolExecutionViewSet(_Governed, viewsets.ReadOnlyModelViewSet):
                 _DECISION_REFUSED,
                 404,
                 (409, "The call is not awaiting approval (decided, expired, or never gated)."),
+                413,
             ),
         },
     )

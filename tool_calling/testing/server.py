@@ -28,6 +28,7 @@ In tests a step may also be a callable ``(request_body) -> step``, or an object 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import signal
@@ -406,7 +407,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, _error_body(f"No route for GET {path}", "not_found"))
 
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-        """Answer chat completion requests."""
+        """Answer chat completion requests; a failure of the server itself answers 500."""
+        try:
+            self._post()
+        except (BrokenPipeError, ConnectionResetError):  # the client went away
+            pass
+        except Exception as exc:
+            # Without this the thread dies, the connection drops unanswered and the client
+            # retries until it reports a timeout; an answer says what went wrong.
+            with contextlib.suppress(OSError):
+                self._send_json(
+                    500, _error_body(f"ReplayServer failed: {exc!r}", "replay_server_error")
+                )
+            raise  # socketserver prints the traceback
+
+    def _post(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         if path not in ("/v1/chat/completions", "/chat/completions"):
             self._send_json(404, _error_body(f"No route for POST {path}", "not_found"))
@@ -416,8 +431,11 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length)
         try:
             body = json.loads(raw or b"null")
-        except ValueError:
-            body = None
+        except (ValueError, RecursionError):
+            number = replay._record(None, "Authorization" in self.headers)
+            message = "The request body is not JSON (or is nested too deeply to parse)."
+            self._send_json(400, _error_body(message, "invalid_request_error"), number=number)
+            return
         number = replay._record(body, "Authorization" in self.headers)
         if not isinstance(body, Mapping):
             self._send_json(
@@ -616,7 +634,8 @@ def _json_object_in(text: str) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text[start : end + 1])
-    except ValueError:
+        json.dumps(value)  # the answer must be able to carry it
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply for Python's parser
         return None
     return value if isinstance(value, dict) else None
 

@@ -1,7 +1,13 @@
-"""``manage.py chat "message"``: one governed, stored turn with the configured model."""
+"""``manage.py chat "message"``: one governed, stored turn with the configured model.
+
+The message is the argument, or stdin with ``-`` (``echo "Hi" | manage.py chat -``); without
+an argument stdin is read when it is not a terminal. A blank message, and one longer than
+``API["MAX_MESSAGE_CHARS"]``, are refused as the HTTP API refuses them.
+"""
 
 from __future__ import annotations
 
+import sys
 import uuid
 from typing import Any
 
@@ -9,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tool_calling import models
+from tool_calling.conf import settings as app_settings
 from tool_calling.exceptions import ChatModelError, ToolCallingError
 from tool_calling.governance import governed_chat_client
 from tool_calling.registry import registry
@@ -22,10 +29,16 @@ class Command(BaseCommand):
         "Run one chat turn with the configured model (TOOL_CALLING['CHAT_MODEL'], OPENAI_*) and "
         "the enabled tools, store it as a conversation, and print the answer."
     )
+    stealth_options = ("stdin",)
+    """``call_command("chat", "-", stdin=...)`` reads the message from that file."""
 
     def add_arguments(self, parser: CommandParser) -> None:
         """Declare the message, --conversation, --tool, --stream, --system and --user."""
-        parser.add_argument("message", help="What the user says.")
+        parser.add_argument(
+            "message",
+            nargs="?",
+            help="What the user says; '-' (or nothing, from a pipe) reads it from stdin.",
+        )
         parser.add_argument(
             "--conversation", help="Id of a stored conversation to continue (default: a new one)."
         )
@@ -44,6 +57,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Run the turn and print the answer; the conversation id goes to stderr."""
+        options["message"] = self._message(options["message"], options.get("stdin") or sys.stdin)
         user = None
         if options["user"]:
             try:
@@ -83,6 +97,28 @@ class Command(BaseCommand):
                 self.stdout.write(request.call().content() or "")
         except (ChatModelError, ToolCallingError) as exc:
             raise CommandError(str(exc)) from exc
+
+    def _message(self, message: str | None, stdin: Any) -> str:
+        """The argument, or stdin's text; refused when blank or too long, as in the API."""
+        if message is None and stdin.isatty():
+            raise CommandError(
+                'Give the message as an argument (manage.py chat "What\'s the weather?"), or '
+                "pipe it in with '-' (echo \"What's the weather?\" | manage.py chat -)."
+            )
+        if message is None or message == "-":
+            message = stdin.read().removesuffix("\n")
+        assert message is not None
+        if not message.strip():
+            raise CommandError(
+                "The message is empty: give the text to send as an argument, or on stdin with '-'."
+            )
+        limit = int(app_settings.API["MAX_MESSAGE_CHARS"])
+        if len(message) > limit:
+            raise CommandError(
+                f"The message is {len(message)} characters long; at most {limit} are accepted "
+                "(TOOL_CALLING['API']['MAX_MESSAGE_CHARS'])."
+            )
+        return message
 
     def _conversation(self, conversation_id: str | None, user: Any, message: str) -> Any:
         if conversation_id is None:
