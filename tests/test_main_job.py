@@ -226,7 +226,10 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
         assert {"get_weather", "get_current_time", "add_numbers"} <= set(
             re.findall(r"get_weather|get_current_time|add_numbers", tools.text)
         )
-        assert web.get("/").headers["location"] == "/admin/"
+        # The front door is the chat page; the admin's session logs into it too.
+        assert system.value("Chat") == f"{base}/"
+        front = web.get("/")
+        assert front.status_code == 200 and "New conversation" in front.text
 
     # A chat turn against the replay server calls the demo tool.
     chat = run([sys.executable, "manage.py", "chat", "What's the weather in Oslo?"], env)
