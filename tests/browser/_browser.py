@@ -144,15 +144,16 @@ def admin_page(base_url: str, artifacts: Path) -> Iterator[Any]:
         yield page
 
 
-def screenshot(page: Any, name: str, artifacts: Path) -> Path:
-    """Save what ``page`` shows as ``<artifacts>/<name>.png``, and in ``$TC_SCREENSHOTS_DIR``.
+def screenshot(page: Any, name: str, artifacts: Path, *, full_page: bool = True) -> Path:
+    """Save ``page`` (all of it, or the window) as ``<artifacts>/<name>.png``, and in
+    ``$TC_SCREENSHOTS_DIR`` when it is set.
 
-    The README's pictures come from here (``scripts/screenshots.sh``), so they show the page
-    as the tests leave it.
+    The README's pictures come from here (``bash scripts/screenshots.sh`` runs the tests marked
+    ``screenshots``), so they show the pages as the tests leave them.
     """
     artifacts.mkdir(parents=True, exist_ok=True)
     path = artifacts / f"{name}.png"
-    page.screenshot(path=str(path))
+    page.screenshot(path=str(path), full_page=full_page)
     target = os.environ.get(SCREENSHOTS_DIR)
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
 
+from project.demo.tools import get_weather
 from tests.browser._browser import (
     artifacts_dir,
     chromium,
@@ -422,14 +423,19 @@ def test_a_reload_in_the_middle_of_a_run_loses_and_repeats_nothing(
 
 # -- by keyboard alone ---------------------------------------------------------------------------
 
+OSLO = get_weather("Oslo")
 KEYBOARD = [
     {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
-    {"text": "In Oslo it is cloudy and 12 °C today (demo data).", "chunk_delay": 0.1},
+    {
+        "text": f"In Oslo it is {OSLO['conditions']} and {OSLO['temperature']} °C today.",
+        "chunk_delay": 0.1,
+    },
     {"tool_calls": [{"name": "refund_order", "arguments": {"order_id": "42", "amount": 30}}]},
     {"text": "Refunded 30.00 EUR on order 42.", "chunk_delay": 0.1},
 ]
 
 
+@pytest.mark.screenshots
 def test_the_page_works_by_keyboard_alone(web: WebServer, artifacts: Path) -> None:
     """Log in, send two messages, open a call's result and approve a call, all by keyboard.
 
