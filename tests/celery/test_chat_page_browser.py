@@ -54,9 +54,11 @@ window.__events = [];
 window.__connections = 0;
 const addListener = EventSource.prototype.addEventListener;
 EventSource.prototype.addEventListener = function (type, listener, options) {
+  if (type === "open" || type === "error") {
+    return addListener.call(this, type, listener, options);
+  }
   const recorded = function (event) {
-    if (type === "open") { window.__connections += 1; }
-    else if (event.data) { window.__events.push(JSON.parse(event.data).sequence); }
+    window.__events.push(JSON.parse(event.data).sequence);
     return listener.call(this, event);
   };
   return addListener.call(this, type, recorded, options);
@@ -64,7 +66,7 @@ EventSource.prototype.addEventListener = function (type, listener, options) {
 const Source = window.EventSource;
 window.EventSource = function (url, init) {
   const source = new Source(url, init);
-  source.addEventListener("open", () => {});
+  addListener.call(source, "open", () => { window.__connections += 1; });
   return source;
 };
 window.EventSource.prototype = Source.prototype;

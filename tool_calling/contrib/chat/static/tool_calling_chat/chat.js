@@ -287,7 +287,13 @@
 
   const runState = document.getElementById("run-state");
 
-  function showState(text) {
+  let lastState = "";
+
+  /** What the run is doing, under the transcript; ``passing`` states are not remembered. */
+  function showState(text, passing) {
+    if (!passing) {
+      lastState = text;
+    }
     if (runState) {
       runState.textContent = text;
       runState.hidden = !text;
@@ -314,6 +320,7 @@
       for (const kind of EVENT_KINDS) {
         this.source.addEventListener(kind, (event) => this.receive(kind, event));
       }
+      this.source.addEventListener("open", () => showState(lastState));
       this.source.addEventListener("error", () => {
         if (this.ended) {
           return;
@@ -321,7 +328,7 @@
         if (this.source.readyState === EventSource.CLOSED) {
           this.finish(TEXT.streamLost, true);
         } else {
-          showState(TEXT.reconnecting); // the browser reconnects with Last-Event-ID
+          showState(TEXT.reconnecting, true); // the browser reconnects with Last-Event-ID
         }
       });
     }
