@@ -100,6 +100,14 @@ class Browser:
         self.pages[name] = page
         return page
 
+    def assert_no_script_errors(self, **expected: str) -> None:
+        """No page reported a script error, but ``expected[page name]`` (one message each)."""
+        reported = {name: list(problems) for name, problems in self.problems.items()}
+        for name, message in expected.items():
+            assert message in reported[name], reported
+            reported[name].remove(message)
+        assert reported == {name: [] for name in reported}, reported
+
     def save_artifacts(self) -> None:
         """A full-page screenshot, the HTML and the reported script errors of every page."""
         self.artifacts.mkdir(parents=True, exist_ok=True)

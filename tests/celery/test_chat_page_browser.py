@@ -130,15 +130,6 @@ def log_in(page: Any, base_url: str, username: str) -> None:
     assert page.url == f"{base_url}/"
 
 
-def assert_no_script_errors(browser: Any, **expected: str) -> None:
-    """No page reported a script error, but for ``expected[page]`` (one message each)."""
-    reported = {name: list(problems) for name, problems in browser.problems.items()}
-    for name, message in expected.items():
-        assert message in reported[name], reported
-        reported[name].remove(message)
-    assert reported == {name: [] for name in reported}, reported
-
-
 def assert_resumed(page: Any) -> None:
     """This page load received the run's events 1, 2, ... once each, across reconnections."""
     events, connections = page.evaluate("[window.__events, window.__connections]")
@@ -235,7 +226,7 @@ def test_a_user_sends_a_message_and_watches_the_answer_stream_with_its_tool_call
             "result": call.locator("details.tc-tool-result pre").text_content(),
             "markup": transcript.locator("img, b").count(),
         }
-        assert_no_script_errors(browser)
+        browser.assert_no_script_errors()
 
     # The answer arrived in pieces, each one longer, before the whole of it.
     assert len(live["pieces"]) >= 3, live["pieces"]
@@ -356,8 +347,7 @@ def test_an_approver_edits_and_approves_one_call_and_denies_another_and_the_run_
             "denied_result": denied.locator("details.tc-tool-result pre").text_content(),
             "xss": page.evaluate("window.__xss"),
         }
-        assert_no_script_errors(
-            browser,
+        browser.assert_no_script_errors(
             rita="console: Failed to load resource: the server responded with a status of 400 "
             "(Bad Request)",
         )
@@ -410,7 +400,7 @@ def test_a_reload_in_the_middle_of_a_run_loses_and_repeats_nothing(
             "result": page.locator(".tc-tool-call details.tc-tool-result pre").text_content(),
         }
         seen["events"] = page.evaluate("window.__events")
-        assert_no_script_errors(browser)
+        browser.assert_no_script_errors()
 
     assert LONG_ANSWER.startswith(partial) and partial != LONG_ANSWER
     assert {key: seen[key] for key in ("texts", "calls", "status")} == {
@@ -496,7 +486,7 @@ def test_the_page_works_by_keyboard_alone(web: WebServer, artifacts: Path) -> No
         sync_api.expect(page.locator(".tc-assistant .tc-text:not([hidden])").last).to_have_text(
             KEYBOARD[3]["text"], timeout=20_000
         )
-        assert_no_script_errors(browser)
+        browser.assert_no_script_errors()
 
     assert outline != "none"  # the focused control shows it
     assert after_decision == "approvals-heading"  # the keyboard stays in the queue
