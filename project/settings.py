@@ -68,6 +68,8 @@ INSTALLED_APPS = [
     # Swagger UI's assets as static files: the browsable schema needs no CDN.
     "drf_spectacular_sidecar",
     "tool_calling",
+    # The chat page at / (tool_calling/contrib/chat): conversations, streamed answers, approvals.
+    "tool_calling.contrib.chat",
     "project.demo",
 ]
 
@@ -145,6 +147,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# The chat page sends users who are not logged in to its login form (Django's LoginView).
+LOGIN_URL = "tool_calling_chat:login"
 
 # --- Django REST framework -----------------------------------------------------------------
 

@@ -571,6 +571,7 @@ def run(args: argparse.Namespace) -> int:
         say("  The example system is running. Ctrl-C stops everything.")
         say()
         say(f"  Web:       {base}/  (pid {web.pid}, log {shown(logs / 'web.log')})")
+        say(f"  Chat:      {base}/  (log in with the user below)")
         say(f"  Admin:     {base}/admin/")
         say(f"  Username:  {username}")
         say(f"  Password:  {password}")

@@ -51,7 +51,7 @@ if [ $# -eq 0 ]; then
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } \
             >/dev/null 2>&1 || echo "warning: could not install redis-server"
     fi
-    echo "== pytest: Celery tier (tests/celery: real Redis, real workers)"
+    echo "== pytest: Celery tier (tests/celery: real Redis, real workers; the chat page in chromium)"
     .venv/bin/python -m pytest --ds=tests.settings_celery tests/celery || celery_status=$?
 fi
 # --- Celery tier -- end ---------------------------------------------------------------------------

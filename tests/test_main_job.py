@@ -252,7 +252,10 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
         assert tools.status_code == 200
         demo_tools = {"get_weather", "get_current_time", "add_numbers", "refund_order"}
         assert demo_tools <= set(re.findall("|".join(demo_tools), tools.text))
-        assert web.get("/").headers["location"] == "/admin/"
+        # The front door is the chat page; the admin's session logs into it too.
+        assert system.value("Chat") == f"{base}/"
+        front = web.get("/")
+        assert front.status_code == 200 and "New conversation" in front.text
 
     # A chat turn against the replay server calls the demo tool.
     chat = run([sys.executable, "manage.py", "chat", "What's the weather in Oslo?"], env)

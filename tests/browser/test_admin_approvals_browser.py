@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser._browser import admin_page, sync_api
+from tests.browser._browser import admin_page, artifacts_dir, sync_api
 from tests.fixtures.approval_tools import (
     RAN,
     TWO_TRANSFERS,
@@ -75,7 +75,7 @@ def decide_in_admin(base_url: str, approve: str, deny: str, artifacts: Path) -> 
 
 
 def test_an_operator_approves_one_call_and_denies_another_and_the_run_goes_on(
-    live_server: Any, django_user_model: Any, tmp_path: Path
+    live_server: Any, django_user_model: Any, request: pytest.FixtureRequest
 ) -> None:
     """Both decisions land in the database and the run, which waited on both, succeeds."""
     operator = django_user_model.objects.create_superuser(
@@ -89,7 +89,7 @@ def test_an_operator_approves_one_call_and_denies_another_and_the_run_goes_on(
         assert RAN == []
         # The model answers once both decisions are in: its second request happens in the live
         # server's thread, while the browser denies the second call.
-        seen = decide_in_admin(live_server.url, "ACME", "EVIL", tmp_path / "browser")
+        seen = decide_in_admin(live_server.url, "ACME", "EVIL", artifacts_dir(request.node.name))
         model.assert_consumed()
 
     assert all("transfer_funds" in row and "alice" in row for row in seen["queued"])

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser._browser import admin_page, sync_api
+from tests.browser._browser import admin_page, artifacts_dir, sync_api
 from tool_calling import models
 from tool_calling.core.providers.openai import OpenAIChatModel
 from tool_calling.governance import governed_chat_client
@@ -64,7 +64,7 @@ def disable_in_admin(base_url: str, tool_name: str, artifacts: Path) -> str:
 
 
 def test_disabling_a_tool_in_the_admin_removes_it_from_the_next_turn(
-    live_server: Any, django_user_model: Any, tmp_path: Path
+    live_server: Any, django_user_model: Any, request: pytest.FixtureRequest
 ) -> None:
     """An operator disables get_weather in bulk; the next request to the model omits it."""
     sync_tools()  # the demo tools, in case the flushed database lost them
@@ -76,7 +76,7 @@ def test_disabling_a_tool_in_the_admin_removes_it_from_the_next_turn(
 
     with ReplayServer([{"text": "Hello."}, {"text": "Hello."}]) as server:
         before = offered_tools(server)
-        message = disable_in_admin(live_server.url, "get_weather", tmp_path / "browser")
+        message = disable_in_admin(live_server.url, "get_weather", artifacts_dir(request.node.name))
         after = offered_tools(server)
 
     assert DEMO_TOOLS <= before

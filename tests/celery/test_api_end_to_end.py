@@ -10,14 +10,10 @@ settings (same SQLite file, same Redis, same workers).
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
@@ -29,7 +25,7 @@ from tool_calling import models
 from tool_calling.sync import sync_tools
 from tool_calling.testing import ReplayServer
 
-from .conftest import ROOT
+from .conftest import WebServer, start_web_server
 
 pytestmark = [
     pytest.mark.integration,
@@ -40,65 +36,14 @@ pytestmark = [
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@dataclass
-class WebServer:
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def threads(self) -> int:
-        return len(os.listdir(f"/proc/{self.process.pid}/task"))
-
-
 @pytest.fixture(scope="module")
 def web(workers: object) -> Iterator[WebServer]:
     """``uvicorn project.asgi:application`` on a free port, with this tier's settings."""
-    port = _free_port()
-    log = settings.STATE_DIR / "web.log"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_celery"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "project.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--timeout-graceful-shutdown",
-            "2",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
-    server = WebServer(f"http://127.0.0.1:{port}", process, log)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{server.url}/api/tools/", timeout=2).status_code in (401, 403):
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"uvicorn did not start:\n{log.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.1)
+    server = start_web_server("web")
     try:
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        server.stop()
 
 
 def api_client(web: WebServer, user: User) -> httpx.Client:

@@ -207,6 +207,36 @@ def test_a_message_starts_a_turn_that_answers_202_with_the_run(alice, script):
     assert messages[0]["created_at"]
 
 
+def test_after_limits_a_conversation_to_the_messages_a_client_has_not_read(alice, script):
+    script(*ONE_ROUND)
+    conversation = conversation_of(alice)
+    client = client_for(alice)
+    assert send(client, conversation).status_code == 202
+    detail = url("conversation-detail", conversation.pk)
+
+    assert [m["sequence"] for m in client.get(detail + "?after=0").data["messages"]] == [1, 2, 3, 4]
+    newer = client.get(detail + "?after=2").data
+    assert [(m["sequence"], m["role"]) for m in newer["messages"]] == [
+        (3, "tool"),
+        (4, "assistant"),
+    ]
+    assert newer["id"] == str(conversation.pk)
+    assert client.get(detail + "?after=4").data["messages"] == []
+    assert client.get(detail + "?after=99999999999999999999999").data["messages"] == []
+
+
+@pytest.mark.parametrize("after", ["-1", "two", "1.5", ""])
+def test_an_after_that_is_not_a_sequence_is_a_400_naming_it(alice, after):
+    conversation = conversation_of(alice)
+    response = client_for(alice).get(
+        url("conversation-detail", conversation.pk) + f"?after={after}"
+    )
+    assert response.status_code == 400
+    assert response.data == {
+        "after": [f"{after!r} is not a message sequence; give a whole number, 0 or more."]
+    }
+
+
 def test_wait_answers_200_with_the_finished_run(alice, script):
     script(text("Hello"))
     response = send(client_for(alice), conversation_of(alice), "Hi", "?wait=5")

@@ -110,10 +110,12 @@ def test_the_approval_queue_shows_approvers_the_arguments_and_owners_only_the_st
         run.pk,
     )
     assert json.loads(entry["arguments"]) == {"order": "A1", "amount": 30}
+    assert entry["requested_by"] == "alice"
     assert entry["urls"]["approve"].endswith(f"/api/tool-executions/{entry['id']}/approve/")
 
     own = client_for(alice).get(url("tool-execution-detail", entry["id"]))
     assert own.status_code == 200 and own.data["approval"] == "pending"
+    assert own.data["requested_by"] == "alice"
     assert "arguments" not in own.data  # not an approver
     assert client_for(bob).get(url("tool-execution-detail", entry["id"])).status_code == 404
     assert client_for(bob).get(url("tool-execution-list")).data["results"] == []

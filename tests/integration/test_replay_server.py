@@ -504,3 +504,29 @@ def test_demo_mode_matches_the_meaningful_words_of_a_tool_name() -> None:
     assert weather.result is not None and nothing.result is not None
     assert [c.name for c in weather.result.output.tool_calls] == ["get_weather"]
     assert nothing.result.output.tool_calls == []
+
+
+def test_chunk_delay_spreads_a_streamed_answer_over_time() -> None:
+    answer = "one two three four five six seven eight nine"
+    with ReplayServer([{"text": answer, "chunk_delay": 0.2}]) as server:
+        model = model_for(server)
+        started = time.monotonic()
+        arrivals = []
+        for chunk in model.stream(Prompt("Count")):
+            if chunk.result and chunk.result.output.text:
+                arrivals.append((time.monotonic() - started, chunk.result.output.text))
+
+    pieces = [piece for _, piece in arrivals]
+    assert pieces == ["one two three ", "four five six ", "seven eight nine"]
+    # The role chunk comes first, then a pause before each of the three text chunks.
+    assert arrivals[0][0] >= 0.2 and arrivals[-1][0] >= 0.6, arrivals
+
+
+@pytest.mark.parametrize("value", [-1, "soon", True])
+def test_a_bad_chunk_delay_is_refused_with_its_value(value: object) -> None:
+    with pytest.raises(ValueError) as caught:
+        ReplayServer([{"text": "x", "chunk_delay": value}])
+    assert str(caught.value) == (
+        f"ReplayServer step 1: 'chunk_delay' must be a number of seconds (0 or more), "
+        f"got {value!r}."
+    )

@@ -9,7 +9,7 @@ Endpoints (README.md, "HTTP API", walks through them with curl):
     GET    tools/                          the tools the requesting user may use
     GET    conversations/                  the user's conversations (paginated)
     POST   conversations/                  a new conversation ({"title": ...} optional)
-    GET    conversations/{id}/             one conversation with its messages
+    GET    conversations/{id}/             one conversation with its messages (?after=N: newer)
     DELETE conversations/{id}/             delete it (409 while a turn runs)
     POST   conversations/{id}/messages/    start a turn: 202 with the run; ?wait=N waits
     GET    runs/                           the user's runs (paginated, ?status=...)

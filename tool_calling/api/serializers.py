@@ -288,6 +288,13 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
         allow_null=True,  # for the schema: null until someone decides
         help_text="Who approved or denied the call (their username); null until decided.",
     )
+    requested_by = serializers.SlugRelatedField(
+        source="user",
+        slug_field="username",
+        read_only=True,
+        allow_null=True,
+        help_text="Whose turn made the call (their username); null for calls made without a user.",
+    )
     urls = serializers.SerializerMethodField()
 
     class Meta:
@@ -303,6 +310,7 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
             "attempt",
             "approval",
             "approval_expires_at",
+            "requested_by",
             "decided_by",
             "decided_at",
             "decision_reason",

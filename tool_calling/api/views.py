@@ -69,6 +69,9 @@ logger = logging.getLogger(__name__)
 _POLL_SECONDS = 0.25
 """How often ``?wait=N`` looks at the run again."""
 
+_MAX_SEQUENCE = 2**31 - 1
+"""The largest ``Message.sequence`` (a ``PositiveIntegerField``)."""
+
 
 # -- failures -----------------------------------------------------------------------------------
 
@@ -204,8 +207,20 @@ class ToolViewSet(_ErrorShape, _Governed, viewsets.ViewSet):
     ),
     retrieve=extend_schema(
         description="A conversation with its messages in order, tool calls and tool "
-        "responses included.",
-        responses={200: serializers.ConversationDetailSerializer, **errors(401, 404)},
+        "responses included; `?after=N` includes only the messages after sequence N (what a "
+        "client following a run has not read yet).",
+        parameters=[
+            OpenApiParameter(
+                "after",
+                {"type": "integer", "minimum": 0},
+                OpenApiParameter.QUERY,
+                description="Only the messages whose `sequence` is greater than this.",
+            ),
+        ],
+        responses={
+            200: serializers.ConversationDetailSerializer,
+            **errors((400, "`?after=` is not a message sequence (0 or more)."), 401, 404),
+        },
     ),
     destroy=extend_schema(
         description="Delete a conversation, its messages and runs.",
@@ -242,6 +257,9 @@ class ConversationViewSet(
         conversations = visible_conversations(self.request.user)
         if self.action == "retrieve":
             messages = models.Message.objects.order_by("sequence")
+            after = self.request.query_params.get("after")
+            if after is not None:
+                messages = messages.filter(sequence__gt=_message_sequence(after))
             conversations = conversations.prefetch_related(Prefetch("messages", queryset=messages))
         return conversations.order_by("-updated_at", "-created_at")
 
@@ -372,6 +390,21 @@ class ConversationViewSet(
             status=status.HTTP_200_OK if ended else status.HTTP_202_ACCEPTED,
             headers={"Location": data["urls"]["self"]},
         )
+
+
+def _message_sequence(raw: str) -> int:
+    """``?after=`` of a conversation: a message sequence, 0 or more (else a 400 naming it)."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValidationError(
+            {"after": [f"{raw!r} is not a message sequence; give a whole number, 0 or more."]}
+        )
+    # Beyond the largest sequence a message can have, nothing comes after; databases refuse
+    # integers wider than 64 bits.
+    return min(value, _MAX_SEQUENCE)
 
 
 def _wait_for(run: models.Run, seconds: int) -> models.Run:
@@ -607,7 +640,7 @@ class ToolExecutionViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet
 
     def get_queryset(self) -> QuerySet[models.ToolExecution]:
         """Visible calls, oldest first, filtered by ``?status=``, ``?approval=``, ``?run=``."""
-        found = visible_executions(self.request.user).select_related("decided_by")
+        found = visible_executions(self.request.user).select_related("decided_by", "user")
         params = self.request.query_params
         for field, choices in (
             ("status", models.ExecutionStatus.values),

@@ -19,6 +19,8 @@ Script steps (JSON), one consumed per chat completion request:
 - ``{"status": 500, "body": {...}, "headers": {...}}``: an HTTP error (default OpenAI-style body).
 - ``{"malformed": true}``: a 200 whose body is not valid JSON (a string sends that text).
 - ``{"delay": seconds, ...}``: wait before answering with the rest of the step.
+- ``{"chunk_delay": seconds, ...}``: when the answer is streamed, wait this long between its
+  chunks, so that clients see the text arrive in pieces over time (ignored unless streamed).
 - ``{"finish_reason": "length", ...}``: overrides the finish reason of an answer.
 
 In tests a step may also be a callable ``(request_body) -> step``, or an object with a
@@ -49,7 +51,17 @@ CREATED = 1_700_000_000
 """The ``created`` timestamp of every answer, fixed so that tests can compare whole bodies."""
 
 _STEP_KEYS = frozenset(
-    {"text", "tool_calls", "status", "body", "headers", "malformed", "delay", "finish_reason"}
+    {
+        "text",
+        "tool_calls",
+        "status",
+        "body",
+        "headers",
+        "malformed",
+        "delay",
+        "chunk_delay",
+        "finish_reason",
+    }
 )
 _MODES = ("scripted", "demo")
 _MALFORMED_BODY = '{"id": "chatcmpl-broken", "object": "chat.completion", "choices": ['
@@ -478,9 +490,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         options = body.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+        pause = float(step.get("chunk_delay") or 0)
         self._start_events(number)
         try:
-            for chunk in answer.chunks(include_usage):
+            for index, chunk in enumerate(answer.chunks(include_usage)):
+                if pause and index:
+                    time.sleep(pause)
                 self._send_event(json.dumps(chunk))
             self._send_event("[DONE]")
         except (BrokenPipeError, ConnectionResetError):  # the client went away mid-stream
@@ -504,6 +519,15 @@ def _normalise_step(step: Any, where: str) -> Any:
             f"ReplayServer {where} has unknown key(s) {', '.join(map(repr, unknown))}; "
             f"the keys are {', '.join(sorted(_STEP_KEYS))}."
         )
+    for key in ("delay", "chunk_delay"):
+        seconds = step.get(key)
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0
+        ):
+            raise ValueError(
+                f"ReplayServer {where}: {key!r} must be a number of seconds (0 or more), "
+                f"got {seconds!r}."
+            )
     calls = step.get("tool_calls")
     if calls is not None:
         if not isinstance(calls, list) or not calls:
