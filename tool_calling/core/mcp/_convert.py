@@ -103,6 +103,17 @@ def _lines_for(error: Any, missing: dict[tuple[object, ...], list[str]]) -> list
         return [f"- {_loc(path, name)}: Field required"]
     if keyword in ("additionalProperties", "unevaluatedProperties") and value is False:
         return [f"- {_loc(path, key)}: Unknown parameter; remove it" for key in _extra_keys(error)]
+    if keyword in ("anyOf", "oneOf") and isinstance(value, list) and error.instance is not None:
+        # "X or null" (an optional parameter): report what is wrong against X itself.
+        kept = [
+            i
+            for i, sub in enumerate(value)
+            if not (isinstance(sub, dict) and sub.get("type") == "null")
+        ]
+        if len(kept) == 1:
+            inner = [e for e in error.context or () if list(e.relative_schema_path)[:1] == kept]
+            if inner:
+                return [line for e in inner for line in _lines_for(e, missing)]
     if keyword == "type":
         kinds = value if isinstance(value, list) else [value]
         if len(kinds) == 1 and kinds[0] in _TYPE_TEXT:

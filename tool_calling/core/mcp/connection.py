@@ -379,6 +379,21 @@ class McpConnection:
                     await asyncio.wait_for(_wait_closing(live), delay)
 
     async def _hold_session(self, live: _Live) -> None:
+        slow = f"no initialize answer within {self.connect_timeout:g} s"
+
+        def note_slow_connect() -> None:
+            # Recorded as soon as the deadline passes: unwinding a stuck transport (stopping a
+            # subprocess) can take longer than the requests waiting for it.
+            if not live.ready.is_set():
+                self.last_error = slow
+
+        timer = live.loop.call_later(self.connect_timeout, note_slow_connect)
+        try:
+            await self._open_session(live, slow)
+        finally:
+            timer.cancel()
+
+    async def _open_session(self, live: _Live, slow: str) -> None:
         with anyio.CancelScope() as scope:
             scope.deadline = anyio.current_time() + self.connect_timeout
             async with contextlib.AsyncExitStack() as stack:
@@ -414,7 +429,7 @@ class McpConnection:
                 live.ready.clear()
                 live.session = None
         if scope.cancelled_caught:
-            raise TimeoutError(f"no initialize answer within {self.connect_timeout:g} s")
+            raise TimeoutError(slow)
         if not live.closing:
             # The session broke (transport closed, failed health check): reconnect at once.
             logger.warning("MCP server %r: connection lost; reconnecting", self.name)
