@@ -21,10 +21,12 @@ try:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
-except ImportError as exc:  # pragma: no cover - exercised only without the dependency
-    raise ImportError(
+except ImportError as exc:  # exercised by tests/test_public_api.py without the SDK
+    # ModuleNotFoundError, naming the missing module, as importing it directly would.
+    raise ModuleNotFoundError(
         "tool_calling.core.mcp needs the 'mcp' package (version 2): "
-        "pip install 'django-tool-calling[mcp]' (or: pip install 'mcp>=2.3,<3' jsonschema)"
+        "pip install 'django-tool-calling[mcp]' (or: pip install 'mcp>=2.3,<3' jsonschema)",
+        name=exc.name,
     ) from exc
 
 __all__ = [
