@@ -279,3 +279,21 @@ def test_a_forked_worker_opens_its_own_session(tmp_path: Path) -> None:
         assert json.loads({cb.name: cb for cb in provider.tool_callbacks()}["ping"].call("{}"))
     finally:
         provider.close()
+
+
+def test_failed_connection_attempts_back_off_up_to_the_cap() -> None:
+    """A server that exits at once is retried with growing waits, not in a tight loop."""
+    connection = McpConnection(
+        StdioTransport("false"),
+        name="crashing",
+        request_timeout=1.5,
+        initial_backoff=0.05,
+        max_backoff=0.2,
+    )
+    with connection:
+        with pytest.raises(McpServerUnavailableError):
+            connection.list_tools()
+        # 1.5 s of attempts with waits of 0.05, 0.1, 0.2, 0.2, ... seconds: about ten, not
+        # the hundreds an unbounded retry loop would make.
+        assert 3 <= connection.attempts <= 15, connection.attempts
+        assert connection.connects == 0

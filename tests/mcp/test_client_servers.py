@@ -7,6 +7,7 @@ virtualenv; both installed by scripts/setup_mcp.sh.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -230,3 +231,48 @@ def test_mcp_server_time_in_its_own_virtualenv() -> None:
         (response,) = responses(bad)
         assert response.is_error is True
         assert "Mars/Olympus" in response.response_data
+
+
+def test_s18_annotations_never_lift_approval(stdio: McpToolCallbackProvider) -> None:
+    """A tool that says readOnlyHint still needs approval when its server requires it."""
+    gated = McpToolCallbackProvider(stdio.connection, prefix="gated", requires_approval=True)
+    tools = {cb.name: cb for cb in gated.refresh()}
+    structured = tools["gated_get-structured-content"]
+    assert structured.spec.annotations["readOnlyHint"] is True
+    assert structured.metadata.requires_approval is True
+    assert all(cb.metadata.requires_approval for cb in tools.values())
+    assert all(not cb.metadata.requires_approval for cb in stdio.tool_callbacks())
+
+
+def test_s18_a_pinned_definition_is_what_the_model_sees(stdio: McpToolCallbackProvider) -> None:
+    """callback_for(spec) offers the stored (approved) text, whatever the server says now."""
+    live = {cb.name: cb for cb in stdio.refresh()}["everything_echo"]
+    approved = dataclasses.replace(live.spec, description="Echo a message (approved text).")
+    pinned = stdio.callback_for(approved)
+    assert pinned.definition.description == "Echo a message (approved text)."
+    assert pinned.spec.definition_hash != live.spec.definition_hash
+    assert pinned.call('{"message": "pinned"}') == "Echo: pinned"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"transport": "stdio"}, "MCP server 'x': the stdio transport needs a 'command'."),
+        (
+            {"transport": "streamable_http"},
+            "MCP server 'x': the streamable_http transport needs a 'url'.",
+        ),
+        (
+            {"transport": "sse", "url": "http://h"},
+            "MCP server 'x': unknown transport 'sse'; use 'stdio' or 'streamable_http'.",
+        ),
+        (
+            {"transport": "stdio", "command": "c", "request_timeout": 0},
+            "McpConnection 'x': request_timeout must be a positive number of seconds, got 0.",
+        ),
+    ],
+)
+def test_bad_configuration_is_refused_with_the_fix(config: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        McpToolCallbackProvider.from_config("x", **config)  # type: ignore[arg-type]
+    assert str(caught.value) == message

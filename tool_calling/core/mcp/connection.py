@@ -55,6 +55,8 @@ DEFAULT_MAX_BACKOFF = 30.0
 """Longest wait between two failed connection attempts."""
 _HEALTH_CHECK_TIMEOUT = 5.0
 _LIST_PAGE_LIMIT = 1000  # pages of tools/list: a server that never stops paging is cut off here
+_LIST_TIMEOUT_FACTOR = 10  # a whole listing may take this many page timeouts
+_STABLE_SESSION = 5.0  # seconds a session must last for a reconnect to skip the backoff
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,18 @@ _open_connections: weakref.WeakSet[McpConnection] = weakref.WeakSet()
 def _close_all() -> None:  # pragma: no cover - runs at interpreter exit
     for connection in list(_open_connections):
         connection.close(timeout=2.0)
+
+
+def _after_fork_in_child() -> None:
+    # The parent's loop threads do not exist in the child, and a lock another thread held at
+    # the fork would stay held forever: each connection starts afresh on first use.
+    for connection in list(_open_connections):
+        connection._lock = threading.Lock()
+        connection._live = None
+    _open_connections.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class McpConnection:
@@ -184,6 +198,8 @@ class McpConnection:
         """Why the last connection attempt failed or the session broke (``None`` while well)."""
         self.connects = 0
         """How many sessions were opened so far (1 after the first connect, +1 per reconnect)."""
+        self.attempts = 0
+        """How many times a session was (or is being) opened, failed attempts included."""
         self.server_info: types.Implementation | None = None
         """What the server said about itself at the last initialize."""
 
@@ -221,13 +237,17 @@ class McpConnection:
         self._run(lambda live: self._await_ready(live, "connect", seconds), seconds)
 
     def list_tools(self, timeout: float | None = None) -> list[types.Tool]:
-        """Return every tool the server lists, all pages; each page bounded by ``timeout``.
+        """Return every tool the server lists, all pages.
+
+        Each page is bounded by ``timeout``, the whole listing by ten times that.
 
         Raises:
             McpServerError: the server is unavailable, too slow or answered with an error.
         """
         seconds = self._timeout(timeout)
-        return self._run(lambda live: self._list_tools(live, seconds), None)
+        return self._run(
+            lambda live: self._list_tools(live, seconds), seconds * _LIST_TIMEOUT_FACTOR
+        )
 
     async def alist_tools(self, timeout: float | None = None) -> list[types.Tool]:
         """Async twin of :meth:`list_tools`."""
@@ -354,11 +374,16 @@ class McpConnection:
     async def _own(self, live: _Live) -> None:
         """The owner task: open, keep and reopen the session until the connection closes."""
         failures = 0
+        loop = asyncio.get_running_loop()
         while not live.closing:
             live.wake.clear()
+            self.attempts += 1
+            opened = loop.time()
             try:
                 await self._hold_session(live)
-                failures = 0
+                # A session that breaks right after it opened (a server that crashes on its
+                # first request) counts as a failure, so it is not reopened in a tight loop.
+                failures = 0 if loop.time() - opened >= _STABLE_SESSION else failures + 1
             except Exception as exc:  # a failed attempt or a broken session: retried below
                 failures += 1
                 self.last_error = _describe(exc)
@@ -431,7 +456,7 @@ class McpConnection:
         if scope.cancelled_caught:
             raise TimeoutError(slow)
         if not live.closing:
-            # The session broke (transport closed, failed health check): reconnect at once.
+            # The session broke (transport closed, failed health check): open a new one.
             logger.warning("MCP server %r: connection lost; reconnecting", self.name)
             self.last_error = self.last_error or "connection lost"
 
@@ -623,7 +648,11 @@ class McpConnection:
         tools: list[types.Tool] = []
         cursor: str | None = None
         seen: set[str] = set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout * _LIST_TIMEOUT_FACTOR
         for _ in range(_LIST_PAGE_LIMIT):
+            if loop.time() > deadline:
+                raise self._timed_out(live, "tools/list", timeout * _LIST_TIMEOUT_FACTOR)
 
             async def send(
                 session: ClientSession, remaining: float, cursor: str | None = cursor

@@ -419,7 +419,7 @@ class McpHttpApp:
         if kind == "lifespan":
             await self._lifespan(receive, send)
             return
-        if kind == "http" and scope["path"].rstrip("/") in (self.path, self.path.rstrip("/")):
+        if kind == "http" and (scope["path"].rstrip("/") or "/") == self.path:
             await self._serve(scope, receive, send)
             return
         if self._fallback is not None:
