@@ -592,6 +592,7 @@ class McpConnection:
             if exc.code == types.REQUEST_TIMEOUT:
                 raise self._timed_out(live, operation, timeout) from None
             if exc.code == types.CONNECTION_CLOSED:
+                logger.warning("MCP server %r: connection closed during %s", self.name, operation)
                 if live.generation == generation and not live.closing:
                     self.last_error = "connection closed"
                     live.wake.set()
@@ -635,6 +636,7 @@ class McpConnection:
             ) from exc
 
     def _timed_out(self, live: _Live, operation: str, timeout: float) -> McpServerTimeoutError:
+        logger.warning("MCP server %r: %s timed out after %g s", self.name, operation, timeout)
         self._check_health_soon(live)  # a server that stopped answering at all is reopened
         return McpServerTimeoutError(
             f"MCP server {self.name!r} did not answer {operation} within {timeout:g} seconds; "

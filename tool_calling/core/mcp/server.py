@@ -103,7 +103,7 @@ def _error_result(text: str) -> types.CallToolResult:
 class McpToolServer(Generic[P]):
     """Serve tools over MCP; what each principal lists and calls is decided by two callables.
 
-    ``list_tools(principal)`` returns the :class:`ToolDefinition` s offered to that principal
+    ``list_tools(principal)`` returns the ``ToolDefinition`` objects offered to that principal
     (``tools/list``, paginated by ``page_size``); ``call_tool(principal, name, arguments, meta)``
     runs a call (``meta`` is the request's ``_meta``, client-controlled, without the keys MCP
     reserves). A call to a name the principal's list does not hold is refused before
