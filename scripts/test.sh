@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh all
 bash scripts/setup_browser.sh
+# --- MCP tier (tests/mcp, issue 13): Node.js, the pinned npm MCP servers, mcp-server-time -- begin
+bash scripts/setup_mcp.sh
+# --- MCP tier -- end ------------------------------------------------------------------------------
 
 echo "== ruff check"
 .venv/bin/ruff check .

@@ -282,3 +282,37 @@ def test_prompt_and_response_accessors() -> None:
     assert response.has_tool_calls() is True
     assert tool_calling.ChatResponse([first]).has_tool_calls() is False
     assert response.metadata == {}
+
+
+# -- DESIGN.md §7: McpToolCallbackProvider, loaded lazily (issue 13) -----------------------------
+
+
+def test_mcp_provider_is_exported_from_the_root() -> None:
+    from tool_calling.core.mcp import McpToolCallbackProvider
+
+    assert "McpToolCallbackProvider" in tool_calling.__all__
+    assert tool_calling.McpToolCallbackProvider is McpToolCallbackProvider
+
+
+def test_the_root_imports_without_the_mcp_sdk_and_names_the_install_command() -> None:
+    """``import tool_calling`` never needs ``mcp``; only the MCP name does, with a clear error."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['mcp'] = None\n"  # as if the SDK were not installed
+        "import tool_calling\n"
+        "assert 'McpToolCallbackProvider' in tool_calling.__all__\n"
+        "try:\n"
+        "    tool_calling.McpToolCallbackProvider\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc.name, exc)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == (
+        "mcp tool_calling.core.mcp needs the 'mcp' package (version 2): pip install "
+        "'django-tool-calling[mcp]' (or: pip install 'mcp>=2.3,<3' jsonschema)"
+    )

@@ -3,13 +3,16 @@
 The names below are the public contract (DESIGN.md §3). They are all pure Python: importing
 ``tool_calling`` never imports Django, so it works without configured settings. Django-backed
 classes (models, the database resolver, the memory repository) live in their own modules.
-``OpenAIChatModel`` is loaded on first use, since the ``openai`` SDK takes about a second to
-import.
+``OpenAIChatModel`` and ``McpToolCallbackProvider`` are loaded on first use: their SDKs
+(``openai``, ``mcp``) take about a second to import and ``mcp`` is optional, so
+``import tool_calling`` works without it (the name then raises ``ModuleNotFoundError`` with the
+install command).
 """
 
 import importlib as _importlib
 from typing import Any as _Any
 
+from tool_calling.core._version import VERSION as _VERSION
 from tool_calling.core.chat.advisors.base import HIGHEST_PRECEDENCE, LOWEST_PRECEDENCE, Advisor
 from tool_calling.core.chat.advisors.memory import MessageChatMemoryAdvisor
 from tool_calling.core.chat.advisors.tool_calling import ToolCallingAdvisor
@@ -64,9 +67,12 @@ from tool_calling.exceptions import (
     ToolResolutionError,
 )
 
-__version__ = "0.1.0"
+__version__ = _VERSION
 
-_LAZY = {"OpenAIChatModel": "tool_calling.core.providers.openai"}
+_LAZY = {
+    "McpToolCallbackProvider": "tool_calling.core.mcp",
+    "OpenAIChatModel": "tool_calling.core.providers.openai",
+}
 
 
 def __getattr__(name: str) -> _Any:
@@ -99,6 +105,7 @@ __all__ = [
     "FunctionToolCallback",
     "Generation",
     "InMemoryChatMemoryRepository",
+    "McpToolCallbackProvider",
     "Message",
     "MessageChatMemoryAdvisor",
     "MessageWindowChatMemory",

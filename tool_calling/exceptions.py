@@ -8,7 +8,11 @@ Everything the library raises on purpose derives from :class:`ToolCallingError`:
      ├── ToolArgumentsError (ValueError)    the model's arguments are not JSON or fail the
      │                                      schema (raised only with STRICT_TOOL_CALLS)
      ├── ToolFailure                        raised by a tool on purpose: its message goes to the
-     │                                      model as an error response, never re-raised
+     │    │                                 model as an error response, never re-raised
+     │    └── McpServerError                an MCP server could not answer a request; .server
+     │         ├── McpServerUnavailableError  not connected, or connection lost (.reason)
+     │         ├── McpServerTimeoutError      no answer within the timeout (.timeout)
+     │         └── McpServerRequestError      the server answered with an error (.code)
      ├── ToolExecutionException             a tool raised; .tool_definition, .cause
      ├── RemoteToolError                    a tool raised on a worker and its class could not
      │                                      be rebuilt here; .error_type
@@ -37,6 +41,10 @@ from tool_calling.core.errors import (
     ChatModelRateLimitError,
     ChatModelResponseError,
     ChatModelTimeoutError,
+    McpServerError,
+    McpServerRequestError,
+    McpServerTimeoutError,
+    McpServerUnavailableError,
     RemoteToolError,
     ToolArgumentsError,
     ToolCallingError,
@@ -54,6 +62,10 @@ __all__ = [
     "ChatModelRateLimitError",
     "ChatModelResponseError",
     "ChatModelTimeoutError",
+    "McpServerError",
+    "McpServerRequestError",
+    "McpServerTimeoutError",
+    "McpServerUnavailableError",
     "RemoteToolError",
     "ToolArgumentsError",
     "ToolCallLimitExceededException",

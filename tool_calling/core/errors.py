@@ -13,6 +13,10 @@ __all__ = [
     "ChatModelRateLimitError",
     "ChatModelResponseError",
     "ChatModelTimeoutError",
+    "McpServerError",
+    "McpServerRequestError",
+    "McpServerTimeoutError",
+    "McpServerUnavailableError",
     "RemoteToolError",
     "ToolArgumentsError",
     "ToolCallingError",
@@ -66,6 +70,49 @@ class ToolFailure(ToolCallingError):
     ``is_error`` tool response with exactly that text. Unlike other exceptions it is expected:
     it is logged without a traceback and never re-raised by the exception processor.
     """
+
+
+class McpServerError(ToolFailure):
+    """An MCP server could not answer a request (``tools/list`` or a tool call).
+
+    A :class:`ToolFailure`: the model gets the message as an error response and the turn goes
+    on. The message names the server and the operation and never carries the server's command
+    line, URL or headers; operators find the cause in the log and in the attributes.
+    """
+
+    def __init__(self, message: str, *, server: str, operation: str) -> None:
+        super().__init__(message)
+        self.server = server
+        """The name (alias) of the MCP server."""
+        self.operation = operation
+        """What was asked: ``"tools/list"`` or ``"tool 'NAME'"``."""
+
+
+class McpServerUnavailableError(McpServerError):
+    """The server is not connected, or the connection was lost during the request."""
+
+    def __init__(self, message: str, *, server: str, operation: str, reason: str) -> None:
+        super().__init__(message, server=server, operation=operation)
+        self.reason = reason
+        """Why (the last connection error), for operators only."""
+
+
+class McpServerTimeoutError(McpServerError):
+    """The server did not answer within the request timeout."""
+
+    def __init__(self, message: str, *, server: str, operation: str, timeout: float) -> None:
+        super().__init__(message, server=server, operation=operation)
+        self.timeout = timeout
+        """The timeout that elapsed, in seconds."""
+
+
+class McpServerRequestError(McpServerError):
+    """The server answered the request with a JSON-RPC error, or with an invalid result."""
+
+    def __init__(self, message: str, *, server: str, operation: str, code: int | None) -> None:
+        super().__init__(message, server=server, operation=operation)
+        self.code = code
+        """The JSON-RPC error code, or ``None`` for a result that failed validation."""
 
 
 class ChatModelError(ToolCallingError):

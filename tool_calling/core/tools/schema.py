@@ -25,7 +25,13 @@ from tool_calling.core.tools._docstring import parse_docstring
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import JsonSchema
 
-__all__ = ["ArgumentsSchema", "ToolParam", "build_arguments_schema", "to_strict_json_schema"]
+__all__ = [
+    "ArgumentsSchema",
+    "ToolParam",
+    "build_arguments_schema",
+    "parse_arguments_object",
+    "to_strict_json_schema",
+]
 
 
 @dataclass(frozen=True)
@@ -711,3 +717,35 @@ def unsupported_return(return_type: Any) -> str | None:
     if return_type is inspect.Signature.empty:
         return None
     return _unsupported(return_type)
+
+
+def parse_arguments_object(tool_name: str, tool_input: str | None) -> dict[str, Any]:
+    """Parse the model's arguments as one JSON object, with the error texts of local tools.
+
+    For tools whose schema is validated elsewhere (MCP tools check theirs with ``jsonschema``).
+    Blank input means ``{}``; duplicate keys, NaN and Infinity are refused as for local tools.
+
+    Raises:
+        ToolArgumentsError: not valid JSON, not an object, or refused JSON.
+    """
+    if tool_input is None or not tool_input.strip():
+        return {}
+    try:
+        value = pydantic_core.from_json(tool_input, allow_inf_nan=False)
+    except ValueError as exc:
+        if "NaN" in tool_input or "Infinity" in tool_input:
+            _check_json_text(tool_name, tool_input)
+        raise ToolArgumentsError(
+            tool_name,
+            f"Invalid arguments for tool '{tool_name}': not valid JSON ({exc}). "
+            "Send the arguments as a JSON object.",
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolArgumentsError(
+            tool_name,
+            f"Invalid arguments for tool '{tool_name}': the arguments must be a JSON object "
+            "of named parameters.",
+        )
+    if not _plainly_unique(tool_input, value):
+        _check_json_text(tool_name, tool_input)
+    return value

@@ -1,0 +1,149 @@
+"""Where the MCP test tier's real servers live, and helpers that start and stop them (bounded)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_MODULES = ROOT / "var" / "node" / "node_modules"
+EVERYTHING = NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+CONFORMANCE = NODE_MODULES / ".bin" / "conformance"
+TIME_SERVER = ROOT / "var" / "mcp-server-time" / "bin" / "mcp-server-time"
+PAGED_SERVER = Path(__file__).resolve().parent / "paged_server.py"
+SETUP_HINT = "run `bash scripts/setup_mcp.sh` (scripts/test.sh runs it)"
+
+
+def require(path: Path) -> Path:
+    """Return ``path``, or fail (never skip) with the setup hint when it is missing."""
+    if not path.exists():
+        pytest.fail(f"{path.relative_to(ROOT)} is missing: {SETUP_HINT}", pytrace=False)
+    return path
+
+
+def node() -> str:
+    """The ``node`` executable, or a failure with the setup hint."""
+    found = shutil.which("node")
+    if found is None:
+        pytest.fail(f"node is not on PATH: {SETUP_HINT}", pytrace=False)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(
+    port: int, process: subprocess.Popen[Any] | None = None, timeout: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
+
+
+def stop(process: subprocess.Popen[Any]) -> None:
+    """Terminate ``process`` (SIGKILL after 5 s); never waits longer."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+@contextlib.contextmanager
+def everything_http() -> Iterator[str]:
+    """Run server-everything over streamable HTTP on a free port; yield its MCP URL."""
+    require(EVERYTHING)
+    port = free_port()
+    process = subprocess.Popen(
+        [node(), str(EVERYTHING), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(process)
+
+
+def pid_from(pidfile: Path, timeout: float = 15.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = pidfile.read_text().strip() if pidfile.exists() else ""
+        if text:
+            return int(text)
+        time.sleep(0.05)
+    raise TimeoutError(f"{pidfile} was never written")
+
+
+def kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def write_state(path: Path, tools: list[dict[str, Any]], page_size: int | None = None) -> Path:
+    path.write_text(json.dumps({"tools": tools, "page_size": page_size}))
+    return path
+
+
+def paged_command(state: Path) -> tuple[str, list[str]]:
+    return sys.executable, [str(PAGED_SERVER), str(state)]
+
+
+class UvicornThread:
+    """An ASGI app served by uvicorn on a thread (lifespan on), stopped within a bound."""
+
+    def __init__(self, app: Any, *, lifespan: str = "on") -> None:
+        import uvicorn
+
+        self.port = free_port()
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, lifespan=lifespan, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn-mcp", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def __enter__(self) -> UvicornThread:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        if self.thread.is_alive():
+            self.server.force_exit = True
+            self.thread.join(5)

@@ -1,0 +1,69 @@
+"""The MCP conformance suite (@modelcontextprotocol/conformance) against McpToolServer.
+
+Every scenario of ``--suite all`` runs against the streamable-HTTP app served by uvicorn; the
+expected failures, each with its reason, are in conformance-baseline.yml, and the suite itself
+fails the run on an unexpected failure or on a listed scenario that passes. The suite's client
+sends no credentials, so this app's authentication hook admits every request (the scenario
+dns-rebinding-protection is about exactly such a localhost server); Host and Origin are still
+checked, as that scenario verifies.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tool_calling.core.mcp import McpToolServer
+
+from . import conformance_tools
+from ._servers import CONFORMANCE, UvicornThread, node, require
+
+pytestmark = pytest.mark.integration
+
+BASELINE = Path(__file__).resolve().parent / "conformance-baseline.yml"
+
+
+def test_the_conformance_suite_passes_but_for_the_listed_expected_failures(
+    tmp_path: Path,
+) -> None:
+    require(CONFORMANCE)
+    node()
+    server = McpToolServer.from_callbacks(
+        conformance_tools.callbacks(), name="tool-calling-conformance"
+    )
+    app = server.streamable_http_app(authenticate=lambda headers: "conformance")
+    with UvicornThread(app) as running:
+        completed = subprocess.run(
+            [
+                str(CONFORMANCE),
+                "server",
+                "--url",
+                f"http://localhost:{running.port}/mcp",
+                "--suite",
+                "all",
+                "--expected-failures",
+                str(BASELINE),
+                "--output-dir",
+                str(tmp_path / "results"),
+            ],
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    summary = completed.stdout[completed.stdout.rfind("=== SUMMARY ===") :]
+    assert completed.returncode == 0, summary + completed.stderr[-3000:]
+    for scenario in (
+        "server-initialize",
+        "tools-list",
+        "tools-call-simple-text",
+        "tools-call-error",
+        "json-schema-2020-12",
+        "dns-rebinding-protection",
+        "server-sse-multiple-streams",
+    ):
+        assert f"✓ {scenario}:" in summary, scenario

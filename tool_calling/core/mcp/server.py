@@ -1,0 +1,517 @@
+"""McpToolServer: tools offered to MCP clients, listed and called through caller-supplied rules.
+
+Transport-agnostic: the same server runs over stdio (one principal for the process) and over
+streamable HTTP (:meth:`McpToolServer.streamable_http_app`: an ASGI app that checks ``Host``
+and ``Origin``, authenticates every request and owns the lifespan the SDK's session manager
+needs). Which tools a principal sees, and what a call does, are the ``list_tools`` and
+``call_tool`` callables, so governance, audit and authentication plug in from outside; this
+module never imports Django.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+import json
+import logging
+import re
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
+from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
+
+from tool_calling.core._version import VERSION
+from tool_calling.core.errors import ToolArgumentsError, ToolFailure, ToolResolutionError
+from tool_calling.core.mcp._convert import _reserved_meta_key
+from tool_calling.core.mcp._sdk import (
+    AccessToken,
+    AuthenticatedUser,
+    MCPError,
+    Server,
+    ServerRequestContext,
+    StreamableHTTPSessionManager,
+    TransportSecuritySettings,
+    anyio,
+    stdio_server,
+    types,
+)
+from tool_calling.core.tools.callback import (
+    ToolCallback,
+    ToolExecutionException,
+    check_unique_names,
+)
+from tool_calling.core.tools.context import ToolContext
+from tool_calling.core.tools.definition import ToolDefinition
+
+__all__ = [
+    "DEFAULT_ALLOWED_HOSTS",
+    "McpHttpApp",
+    "McpToolServer",
+]
+
+logger = logging.getLogger("tool_calling.mcp")
+
+P = TypeVar("P")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+ListTools = Callable[[P], "Iterable[ToolDefinition] | Awaitable[Iterable[ToolDefinition]]"]
+"""``list_tools(principal)``: the definitions this principal may see and call."""
+CallTool = Callable[[P, str, dict[str, Any], Mapping[str, Any]], "str | Awaitable[str]"]
+"""``call_tool(principal, name, arguments, meta)``: run one call and return the text.
+
+Raise :class:`ToolFailure` or ``ToolArgumentsError`` for an ``isError`` result with that text,
+``ToolResolutionError`` for an unknown tool; any other exception gives a generic error text
+(its message is logged, never sent to the client)."""
+Authenticate = Callable[[Mapping[str, str]], "P | None | Awaitable[P | None]"]
+"""``authenticate(headers)``: the principal of an HTTP request (header names lower-case), or
+``None`` for 401."""
+
+DEFAULT_ALLOWED_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""The ``Host`` values accepted by default (any port): loopback only."""
+
+_PRINCIPAL = "tool_calling.mcp.principal"  # key of the principal in the ASGI scope
+_stdio_principal: contextvars.ContextVar[Any] = contextvars.ContextVar("mcp_stdio_principal")
+_PORT_RE = re.compile(r".*:\d+")
+
+
+async def _maybe_await(function: Callable[..., Any], *args: Any) -> Any:
+    """Await an async callable; run a sync one in a worker thread (it may block on a database)."""
+    if inspect.iscoroutinefunction(function):
+        return await function(*args)
+    result = await anyio.to_thread.run_sync(lambda: function(*args))
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+class McpToolServer(Generic[P]):
+    """Serve tools over MCP; what each principal lists and calls is decided by two callables.
+
+    ``list_tools(principal)`` returns the ``ToolDefinition`` objects offered to that principal
+    (``tools/list``, paginated by ``page_size``); ``call_tool(principal, name, arguments, meta)``
+    runs a call (``meta`` is the request's ``_meta``, client-controlled, without the keys MCP
+    reserves). A call to a name the principal's list does not hold is refused before
+    ``call_tool`` runs, as "Unknown tool". Both callables may be sync (run in a worker thread)
+    or async.
+
+    Args:
+        list_tools: the definitions a principal may see.
+        call_tool: runs one call for a principal.
+        name: the server name announced to clients.
+        version: the server version announced to clients.
+        instructions: text for the client's model about how to use the server.
+        page_size: tools per ``tools/list`` page (``None``: one page).
+    """
+
+    def __init__(
+        self,
+        *,
+        list_tools: ListTools[P],
+        call_tool: CallTool[P],
+        name: str = "tool_calling",
+        version: str | None = None,
+        instructions: str | None = None,
+        page_size: int | None = None,
+    ) -> None:
+        if page_size is not None and (isinstance(page_size, bool) or page_size < 1):
+            raise ValueError(
+                f"McpToolServer: page_size must be a positive integer, got {page_size!r}."
+            )
+        if version is None:
+            version = VERSION
+        self._list_tools = list_tools
+        self._call_tool = call_tool
+        self.page_size = page_size
+        """Tools per ``tools/list`` page, or ``None`` for one page."""
+        self.server: Server[Any] = Server(
+            name,
+            version=version,
+            instructions=instructions,
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+        )
+        """The SDK's low-level server (for transports this class does not wrap)."""
+
+    @classmethod
+    def from_callbacks(
+        cls,
+        callbacks: Sequence[ToolCallback],
+        *,
+        tool_context: Callable[[Any, Mapping[str, Any]], ToolContext] | None = None,
+        **options: Any,
+    ) -> McpToolServer[Any]:
+        """Serve a fixed set of callbacks to every authenticated principal.
+
+        ``tool_context(principal, meta)`` builds each call's ToolContext (default: empty). The
+        request's ``_meta`` is client-controlled: never let it decide who the user is.
+
+        Raises:
+            ToolDefinitionError: two callbacks share a name.
+        """
+        callbacks = list(callbacks)
+        check_unique_names(callbacks)
+        by_name = {callback.name: callback for callback in callbacks}
+        definitions = [callback.definition for callback in callbacks]
+
+        def list_tools(principal: Any) -> list[ToolDefinition]:
+            return definitions
+
+        async def call_tool(
+            principal: Any, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]
+        ) -> str:
+            callback = by_name.get(name)
+            if callback is None:
+                raise ToolResolutionError(f"Unknown tool: {name}")
+            context = tool_context(principal, meta) if tool_context else ToolContext()
+            return await callback.acall(json.dumps(arguments), context)
+
+        return cls(list_tools=list_tools, call_tool=call_tool, **options)
+
+    # -- handlers ---------------------------------------------------------------------------------
+
+    def _principal(self, ctx: ServerRequestContext[Any, Any]) -> P:
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        if isinstance(scope, Mapping) and _PRINCIPAL in scope:
+            return scope[_PRINCIPAL]  # type: ignore[no-any-return]
+        try:
+            return _stdio_principal.get()  # type: ignore[no-any-return]
+        except LookupError:
+            # Only reachable through a transport this module did not set up.
+            raise MCPError(types.INVALID_REQUEST, "Unauthenticated request") from None
+
+    async def _definitions(self, principal: P) -> list[ToolDefinition]:
+        return list(await _maybe_await(self._list_tools, principal))
+
+    async def _on_list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        principal = self._principal(ctx)
+        tools = [
+            types.Tool(name=d.name, description=d.description, input_schema=d.input_schema)
+            for d in await self._definitions(principal)
+        ]
+        if self.page_size is None:
+            return types.ListToolsResult(tools=tools)
+        cursor = params.cursor if params is not None else None
+        start = 0
+        if cursor is not None:
+            if not cursor.isdigit() or int(cursor) > len(tools):
+                raise MCPError(types.INVALID_PARAMS, f"Invalid cursor: {cursor[:40]!r}")
+            start = int(cursor)
+        end = start + self.page_size
+        return types.ListToolsResult(
+            tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
+        )
+
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        principal = self._principal(ctx)
+        name = params.name
+        if name not in {d.name for d in await self._definitions(principal)}:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
+        arguments = dict(params.arguments or {})
+        meta = {
+            key: value
+            for key, value in dict(params.meta or {}).items()
+            if key not in ("progress_token", "progressToken") and not _reserved_meta_key(key)
+        }
+        try:
+            text = await _maybe_await(self._call_tool, principal, name, arguments, meta)
+        except ToolResolutionError:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}") from None
+        except Exception as exc:
+            return self._failure(name, exc)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=str(text))])
+
+    def _failure(self, name: str, exc: Exception) -> types.CallToolResult:
+        cause: BaseException = exc.cause if isinstance(exc, ToolExecutionException) else exc
+        if isinstance(cause, (ToolFailure, ToolArgumentsError)):
+            logger.info("MCP call of %r answered with an error: %s", name, cause)
+            return _error_result(str(cause))
+        logger.error(
+            "MCP call of %r raised %s",
+            name,
+            type(cause).__name__,
+            exc_info=(type(cause), cause, cause.__traceback__),
+        )
+        # The client is a remote party: it gets the type, never the message.
+        return _error_result(f"Exception occurred in tool: {name} ({type(cause).__name__})")
+
+    # -- transports -------------------------------------------------------------------------------
+
+    async def run_stdio(self, principal: P) -> None:
+        """Serve this process's stdin/stdout as ``principal`` until the client disconnects."""
+        token = _stdio_principal.set(principal)
+        try:
+            async with stdio_server() as (read, write):
+                await self.server.run(read, write, self.server.create_initialization_options())
+        finally:
+            _stdio_principal.reset(token)
+
+    def serve_stdio(self, principal: P) -> None:
+        """Sync entry point of :meth:`run_stdio` (a management command calls this)."""
+        anyio.run(self.run_stdio, principal)
+
+    def streamable_http_app(
+        self,
+        *,
+        authenticate: Authenticate[P],
+        allowed_hosts: Iterable[str] = DEFAULT_ALLOWED_HOSTS,
+        allowed_origins: Iterable[str] | None = None,
+        path: str = "/mcp",
+        principal_key: Callable[[P], str] = str,
+        json_response: bool = False,
+        stateless: bool = False,
+        session_idle_timeout: float | None = 30 * 60,
+        max_sessions: int | None = 10_000,
+        fallback: ASGIApp | None = None,
+    ) -> McpHttpApp:
+        """Return the ASGI app serving this server over streamable HTTP at ``path``.
+
+        Every request to ``path`` is checked in this order: ``Host`` in ``allowed_hosts``
+        (else 421), ``Origin`` allowed (else 403; a request without ``Origin`` passes, as
+        non-browser clients send none), ``authenticate(headers)`` gives a principal (else 401).
+        A session belongs to the principal that opened it: another principal using its id gets
+        404. Lifespan events start and stop the SDK's session manager; other paths go to
+        ``fallback`` (a Django ASGI app, say) or get 404, and lifespan events are never
+        forwarded to it.
+
+        Args:
+            authenticate: request headers (lower-case names) -> principal, or ``None``.
+            allowed_hosts: accepted ``Host`` values: ``name`` (any port), ``name:port``, or
+                ``"*"`` (any; only behind a proxy that checks it).
+            allowed_origins: accepted ``Origin`` values (``scheme://host[:port]``, or
+                ``scheme://host:*`` for any port); default: http(s) origins whose host passes
+                ``allowed_hosts``.
+            path: the endpoint path.
+            principal_key: a stable string per principal (binds sessions to principals).
+            json_response: answer with JSON bodies instead of SSE streams.
+            stateless: no sessions (each request stands alone).
+            session_idle_timeout: seconds before an idle session is closed (``None``: never).
+            max_sessions: open sessions at most (503 beyond).
+            fallback: the ASGI app for every other path.
+        """
+        manager = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=json_response,
+            stateless=stateless,
+            # Host and Origin are checked by McpHttpApp before the SDK sees the request.
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            session_idle_timeout=session_idle_timeout,
+            max_sessions=max_sessions,
+        )
+        return McpHttpApp(
+            manager,
+            authenticate=authenticate,
+            allowed_hosts=tuple(allowed_hosts),
+            allowed_origins=None if allowed_origins is None else tuple(allowed_origins),
+            path=path,
+            principal_key=principal_key,
+            fallback=fallback,
+        )
+
+
+class _PrincipalUser(AuthenticatedUser):
+    """The principal as the SDK's session manager sees it (``scope["user"]``).
+
+    The manager binds each session to the ``client_id`` of the user that opened it.
+    """
+
+    def __init__(self, principal: Any, key: str) -> None:
+        super().__init__(AccessToken(token="", client_id=key, scopes=[]))
+        self.principal = principal
+
+
+def _host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
+    if not host:
+        return False
+    host = host.strip().lower()
+    for entry in allowed:
+        entry = entry.strip().lower()
+        if entry == "*" or host == entry:
+            return True
+        has_port = _PORT_RE.fullmatch(entry) is not None and not entry.endswith("]")
+        if not has_port and host.startswith(entry + ":") and host[len(entry) + 1 :].isdigit():
+            return True
+    return False
+
+
+def _origin_allowed(
+    origin: str, allowed_hosts: Sequence[str], allowed_origins: Sequence[str] | None
+) -> bool:
+    origin = origin.strip().lower()
+    if allowed_origins is None:
+        parts = urlsplit(origin)
+        return parts.scheme in ("http", "https") and _host_allowed(parts.netloc, allowed_hosts)
+    for entry in allowed_origins:
+        entry = entry.strip().lower().rstrip("/")
+        if origin == entry:
+            return True
+        if entry.endswith(":*"):
+            rest = origin[len(entry) - 1 :] if origin.startswith(entry[:-1]) else ""
+            if rest.isdigit():
+                return True
+    return False
+
+
+class McpHttpApp:
+    """The ASGI app of :meth:`McpToolServer.streamable_http_app` (see there)."""
+
+    def __init__(
+        self,
+        manager: StreamableHTTPSessionManager,
+        *,
+        authenticate: Authenticate[Any],
+        allowed_hosts: Sequence[str],
+        allowed_origins: Sequence[str] | None,
+        path: str,
+        principal_key: Callable[[Any], str],
+        fallback: ASGIApp | None,
+    ) -> None:
+        self._manager = manager
+        self._authenticate = authenticate
+        self.allowed_hosts = allowed_hosts
+        """Accepted ``Host`` values."""
+        self.allowed_origins = allowed_origins
+        """Accepted ``Origin`` values (``None``: those whose host is allowed)."""
+        self.path = path.rstrip("/") or "/"
+        """The MCP endpoint's path."""
+        self._principal_key = principal_key
+        self._fallback = fallback
+        self._running = False
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the SDK's session manager, for a host app that handles lifespan itself.
+
+        Enter and leave it in one task (the host's lifespan task).
+        """
+        async with self._manager.run():
+            self._running = True
+            try:
+                yield
+            finally:
+                self._running = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection (lifespan, the MCP path, or the fallback)."""
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind == "http" and (scope["path"].rstrip("/") or "/") == self.path:
+            await self._serve(scope, receive, send)
+            return
+        if self._fallback is not None:
+            await self._fallback(scope, receive, send)
+            return
+        if kind == "http":
+            await _plain(send, 404, "Not Found")
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        # One task enters and leaves the session manager, as anyio's cancel scopes require.
+        message = await receive()
+        if message["type"] != "lifespan.startup":
+            return
+        started = False
+        try:
+            async with self.running():
+                started = True
+                await send({"type": "lifespan.startup.complete"})
+                while (await receive())["type"] != "lifespan.shutdown":
+                    pass
+        except Exception as exc:
+            if not started:
+                await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                return
+            raise
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {
+            key.decode("latin-1").lower(): value.decode("latin-1")
+            for key, value in scope.get("headers", [])
+        }
+        if not _host_allowed(headers.get("host"), self.allowed_hosts):
+            logger.warning("MCP request refused: Host %r is not allowed", headers.get("host"))
+            await _plain(send, 421, "Invalid Host header")
+            return
+        origin = headers.get("origin")
+        if origin is not None and not _origin_allowed(
+            origin, self.allowed_hosts, self.allowed_origins
+        ):
+            logger.warning("MCP request refused: Origin %r is not allowed", origin)
+            await _plain(send, 403, "Invalid Origin header")
+            return
+        try:
+            principal = await _maybe_await(self._authenticate, headers)
+        except Exception:
+            logger.exception("MCP request refused: the authentication hook raised")
+            await _plain(send, 500, "Authentication failed")
+            return
+        if principal is None:
+            await _unauthorized(send)
+            return
+        if not self._running:
+            await _plain(
+                send,
+                503,
+                "The MCP endpoint is not started: the ASGI server must send lifespan events "
+                "(uvicorn: --lifespan on), or the host app must enter McpHttpApp.running().",
+            )
+            return
+        scope = dict(scope)
+        scope[_PRINCIPAL] = principal
+        scope["user"] = _PrincipalUser(principal, self._principal_key(principal))
+        await self._manager.handle_request(scope, receive, send)
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    body = text.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _unauthorized(send: Send) -> None:
+    body = json.dumps(
+        {"error": "invalid_token", "error_description": "Authentication required"}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer error="invalid_token"'),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
