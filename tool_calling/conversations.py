@@ -50,7 +50,6 @@ __all__ = [
     "conversation_turn",
     "memory_advisor",
     "release_conversation",
-    "renew_conversation_claim",
 ]
 
 logger = logging.getLogger("tool_calling.conversations")
@@ -104,15 +103,6 @@ def claim_conversation(conversation_id: uuid.UUID | str) -> str:
             raise models.Conversation.DoesNotExist(f"No conversation {conversation_id}")
         raise ConversationBusyError(conversation_id)
     return token
-
-
-def renew_conversation_claim(conversation_id: uuid.UUID | str, token: str) -> bool:
-    """Restart the timeout of the claim ``token``; False when the claim was lost."""
-    return bool(
-        models.Conversation.objects.filter(pk=conversation_id, turn_token=token).update(
-            turn_started_at=timezone.now()
-        )
-    )
 
 
 def release_conversation(conversation_id: uuid.UUID | str, token: str) -> None:
@@ -199,6 +189,7 @@ class TurnLog(ChatMemoryRepository):
         self.last_sequence: int | None = None
         """The sequence number of the newest message stored through this log."""
         self._rows: list[tuple[int, int, Message]] | None = None
+        self._stored: list[models.Message] = []
         self._loaded = 0
         self._complete = False
         self._end: int | None = None
@@ -287,6 +278,10 @@ class TurnLog(ChatMemoryRepository):
                 # A failed INSERT must not break the caller's transaction (PostgreSQL).
                 with transaction.atomic():
                     created = models.Message.objects.bulk_create(new)
+            elif len(new) == 1:
+                # One row needs no transaction of its own: a single autocommitted INSERT.
+                new[0].save(force_insert=True)
+                created = new
             else:
                 created = models.Message.objects.bulk_create(new)
         except IntegrityError:
@@ -304,7 +299,13 @@ class TurnLog(ChatMemoryRepository):
         self._rows = None
         self._remember(created, messages)
 
+    def take_stored(self) -> list[models.Message]:
+        """The rows stored through this log since the last call (in order), then forgets them."""
+        stored, self._stored = self._stored, []
+        return stored
+
     def _remember(self, created: Sequence[models.Message], messages: Sequence[Message]) -> None:
+        self._stored.extend(created)
         for row, message in zip(created, messages, strict=True):
             if self._rows is not None:
                 self._rows.append((row.pk, row.sequence, message))

@@ -232,9 +232,8 @@ def test_an_after_that_is_not_a_sequence_is_a_400_naming_it(alice, after):
         url("conversation-detail", conversation.pk) + f"?after={after}"
     )
     assert response.status_code == 400
-    assert response.data == {
-        "after": [f"{after!r} is not a message sequence; give a whole number, 0 or more."]
-    }
+    message = f"{after!r} is not a message sequence; give a whole number, 0 or more."
+    assert response.json() == {"detail": f"after: {message}", "errors": {"after": [message]}}
 
 
 def test_wait_answers_200_with_the_finished_run(alice, script):

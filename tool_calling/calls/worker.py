@@ -40,8 +40,6 @@ logger = logging.getLogger("tool_calling.calls")
 
 S = models.ExecutionStatus
 
-_CLAIM_FIELDS = (*lifecycle.REF_FIELDS, "status", "lease_expires_at", "idempotent")
-
 
 def worker_name(hostname: str | None, pid: int | None) -> str:
     """How a worker process is named in the audit (``host (pid N)``)."""
@@ -61,15 +59,23 @@ def claim(execution_id: int, *, task_id: str, worker: str) -> lifecycle.CallRef 
     left, else settled (``unknown`` / ``failed``). A call claimed under a live lease, or
     finished, is left alone.
     """
+    claimed = _claim(execution_id, task_id=task_id, worker=worker)
+    return claimed[0] if claimed is not None else None
+
+
+def _claim(
+    execution_id: int, *, task_id: str, worker: str
+) -> tuple[lifecycle.CallRef, models.ToolExecution] | None:
+    """:func:`claim`, with the row as read for the claim (what the call runs with)."""
     for _ in range(3):  # read again when another claimant changed the row in between
-        row = models.ToolExecution.objects.filter(pk=execution_id).values(*_CLAIM_FIELDS).first()
+        row = models.ToolExecution.objects.select_related("user").filter(pk=execution_id).first()
         if row is None:
             logger.warning("Tool call %s does not exist (deleted?); nothing to run", execution_id)
             return None
-        status = row["status"]
+        status = row.status
         ref = lifecycle.CallRef.of(row)
         if status == S.RUNNING:
-            lease = row["lease_expires_at"]
+            lease = row.lease_expires_at
             if lease is not None and lease > timezone.now():
                 logger.info(
                     "Tool call %s is already running (attempt %s); this delivery does nothing",
@@ -77,7 +83,7 @@ def claim(execution_id: int, *, task_id: str, worker: str) -> lifecycle.CallRef 
                     ref.attempt,
                 )
                 return None
-            if lifecycle.settle_lost(ref, idempotent=row["idempotent"]) is not None:
+            if lifecycle.settle_lost(ref, idempotent=row.idempotent) is not None:
                 return None
         elif status != S.PENDING:
             logger.info("Tool call %s already ended (%s); nothing to run", execution_id, status)
@@ -91,7 +97,7 @@ def claim(execution_id: int, *, task_id: str, worker: str) -> lifecycle.CallRef 
                     ref.tool_name,
                     claimed.attempt,
                 )
-            return claimed
+            return claimed, row
     return None
 
 
@@ -111,8 +117,9 @@ def heartbeat(ref: lifecycle.CallRef) -> Heartbeat:
     )
 
 
-def _run(ref: lifecycle.CallRef, is_soft_timeout: type[BaseException] | None) -> CallOutcome:
-    row = models.ToolExecution.objects.select_related("user").get(pk=ref.execution_id)
+def _run(
+    ref: lifecycle.CallRef, row: models.ToolExecution, is_soft_timeout: type[BaseException] | None
+) -> CallOutcome:
     name = row.tool_name
     callback = registry.get(name)
     if callback is None:
@@ -156,13 +163,14 @@ def execute(
         worker: :func:`worker_name` of this process.
         soft_timeout: The exception Celery raises at the soft time limit.
     """
-    claimed = claim(execution_id, task_id=task_id, worker=worker)
-    if claimed is None:
+    found = _claim(execution_id, task_id=task_id, worker=worker)
+    if found is None:
         return
+    claimed, row = found
     beat = heartbeat(claimed)
     beat.start()
     try:
-        result = _run(claimed, soft_timeout)
+        result = _run(claimed, row, soft_timeout)
     finally:
         beat.stop()
     lifecycle.finish(claimed, result.status, result.outcome, duration_ms=result.duration_ms)

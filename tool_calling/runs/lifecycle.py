@@ -27,7 +27,7 @@ import uuid
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, Q, QuerySet
+from django.db.models import Case, Exists, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from tool_calling import models
@@ -44,7 +44,6 @@ from tool_calling.runs import events
 __all__ = [
     "TRANSITIONS",
     "RunQueueError",
-    "batch_done",
     "begin",
     "cancel_run",
     "claim_step",
@@ -52,15 +51,12 @@ __all__ = [
     "keep_waiting",
     "lease",
     "publish",
-    "record_finish_reason",
-    "record_round",
     "release_step",
     "renew_step",
     "resume",
     "retry_run",
     "start_turn",
     "step_heartbeat",
-    "touch_step",
     "wait",
     "wait_for_calls",
     "wake",
@@ -267,10 +263,12 @@ def finish(
     answer: str | None = None,
     error: str = "",
     finish_reason: str | None = None,
+    claim: tuple[uuid.UUID, str] | None = None,
 ) -> bool:
     """End an active run (``succeeded``, ``failed`` or ``cancelled``) and let its conversation go.
 
     Records the ending as an event (with the answer or the error). False if it had ended.
+    ``claim`` is the run's ``(conversation_id, turn_token)`` when the caller has them.
     """
     fields: dict[str, Any] = {
         "status": status,
@@ -287,7 +285,10 @@ def finish(
         ended = _guarded(_ENDINGS[status], run_id).update(**fields)
         if ended:
             # Free before the ending is visible: a client that reads it may send the next turn.
-            _release(run_id)
+            if claim is not None:
+                release_conversation(*claim)
+            else:
+                _release(run_id)
             data: dict[str, Any] = {"error": error} if error else {}
             if answer is not None:
                 data["answer"] = answer
@@ -299,18 +300,28 @@ def finish(
 
 
 def claim_step(run_id: uuid.UUID) -> int | None:
-    """Hold the run for one step and return its number; ``None`` if it ended or is held."""
+    """Hold the run for one step and return its number; ``None`` if it ended or is held.
+
+    The first step also begins the run (``queued`` -> ``running``, in the same UPDATE), and
+    records the ``running`` event.
+    """
     now = timezone.now()
     for _ in range(3):
         row = models.Run.objects.filter(pk=run_id).values("status", "step").first()
         if row is None or row["status"] not in _ACTIVE:
             return None
+        fields: dict[str, Any] = {"step": row["step"] + 1, "step_lease_expires_at": now + lease()}
+        begins = row["status"] in TRANSITIONS["begin"][0]
+        if begins:
+            fields.update(status=_to("begin"), started_at=now)
         claimed = (
-            models.Run.objects.filter(pk=run_id, step=row["step"], status__in=_ACTIVE)
+            models.Run.objects.filter(pk=run_id, step=row["step"], status=row["status"])
             .filter(Q(step_lease_expires_at=None) | Q(step_lease_expires_at__lt=now))
-            .update(step=row["step"] + 1, step_lease_expires_at=now + lease())
+            .update(**fields)
         )
         if claimed:
+            if begins:
+                events.append(run_id, "running")
             return int(row["step"]) + 1
         if (
             models.Run.objects.filter(pk=run_id, step_lease_expires_at__gte=now)
@@ -346,16 +357,6 @@ def step_heartbeat(run_id: uuid.UUID, step: int) -> Heartbeat:
     )
 
 
-def record_round(run_id: uuid.UUID, rounds: int) -> None:
-    """Record how many model calls the run made so far."""
-    models.Run.objects.filter(pk=run_id).update(rounds=rounds)
-
-
-def record_finish_reason(run_id: uuid.UUID, finish_reason: str) -> None:
-    """Record the finish reason of the model's latest message."""
-    models.Run.objects.filter(pk=run_id).update(finish_reason=finish_reason)
-
-
 def wait_for_calls(run_id: uuid.UUID, step: int, plan: dict[str, Any], message_id: int) -> None:
     """Store the batch's ``plan`` and let go of the step: the batch's last call wakes the run.
 
@@ -374,21 +375,19 @@ def keep_waiting(run_id: uuid.UUID, step: int, message_id: int) -> None:
     )
 
 
-def batch_done(run_id: uuid.UUID) -> None:
-    """The batch's responses are stored: forget its plan."""
-    models.Run.objects.filter(pk=run_id).update(plan={}, waiting_for=None)
-
-
 def wake(run_id: uuid.UUID, message_id: int) -> bool:
-    """Queue the next step once, whoever notices first that the batch ended."""
-    woken = models.Run.objects.filter(pk=run_id, waiting_for_id=message_id).update(waiting_for=None)
+    """Queue the next step once, whoever notices first that the batch ended.
+
+    A run that waited for approvals is ``running`` again (``resume``): none of its calls waits
+    any more, the batch ended.
+    """
+    resumed = Case(
+        When(status__in=TRANSITIONS["resume"][0], then=Value(_to("resume"))),
+        default=F("status"),
+    )
+    woken = models.Run.objects.filter(pk=run_id, waiting_for_id=message_id).update(
+        waiting_for=None, status=resumed
+    )
     if woken:
         transaction.on_commit(lambda: publish(run_id))
     return bool(woken)
-
-
-def touch_step(run_id: uuid.UUID, step: int) -> None:
-    """Restart the step's lease at the start of a stage."""
-    models.Run.objects.filter(pk=run_id, step=step).update(
-        step_lease_expires_at=timezone.now() + lease()
-    )

@@ -82,7 +82,6 @@ def on_tool_call_finished(
         .exists()
     )
     if not running:
-        lifecycle.resume(run_id)
         lifecycle.wake(run_id, assistant_message_id)
 
 

@@ -36,7 +36,7 @@ from tool_calling.calls import lifecycle as calls
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
 from tool_calling.calls.executors import outcome_of
 from tool_calling.conf import settings as app_settings
-from tool_calling.conversations import TurnLog, memory_advisor, renew_conversation_claim
+from tool_calling.conversations import TurnLog, memory_advisor
 from tool_calling.core.chat._stream import aggregate
 from tool_calling.core.chat.advisors.base import AdvisorChain, ChatClientRequest, ChatClientResponse
 from tool_calling.core.chat.advisors.tool_calling import (
@@ -111,22 +111,28 @@ def advance_run(run_id: uuid.UUID | str) -> None:
 
 
 def _advance(run_id: uuid.UUID, step: int) -> None:
-    lifecycle.begin(run_id)
+    state: _Step | None = None
     while True:
+        # Read again at every stage: a cancel request, or another step that took over.
         run = models.Run.objects.select_related("user", "user_message").get(pk=run_id)
         if run.status not in models.RUN_ACTIVE_STATUSES or run.step != step:
             return
+        claim = (run.conversation_id, run.turn_token)
         if run.cancel_requested:
-            lifecycle.finish(run_id, R.CANCELLED)
+            lifecycle.finish(run_id, R.CANCELLED, claim=claim)
             return
-        lifecycle.touch_step(run_id, step)
-        renew_conversation_claim(run.conversation_id, run.turn_token)
-        state = _state(run, step)
+        if state is None:
+            # The tools and the turn's messages are read once a step; what the step stores is
+            # added as it goes (the run holds the conversation: nobody else writes to it).
+            state = _state(run, step)
+        else:
+            state.run = run
+            state.messages.extend(state.log.take_stored())
         last = state.messages[-1]
         if last.role in (models.MessageRole.USER, models.MessageRole.TOOL):
             _model_round(state, last)
         elif last.role == models.MessageRole.ASSISTANT and not last.tool_calls:
-            lifecycle.finish(run_id, R.SUCCEEDED, answer=last.text or "")
+            lifecycle.finish(run_id, R.SUCCEEDED, answer=last.text or "", claim=claim)
             return
         elif last.role == models.MessageRole.ASSISTANT:
             if run.plan.get("message") != last.pk:
@@ -164,8 +170,7 @@ def _model_round(state: _Step, last: models.Message) -> None:
     """Call the model through the memory advisor, which stores its message."""
     run = state.run
     rounds = 1 + sum(m.role == models.MessageRole.ASSISTANT for m in state.messages)
-    lifecycle.record_round(run.pk, rounds)
-    events.append(run.pk, "model_call", {"round": rounds})
+    events.append(run.pk, "model_call", {"round": rounds}, rounds=rounds)
     model = chat_model()
 
     def call_model(request: ChatClientRequest) -> ChatClientResponse:
@@ -193,9 +198,9 @@ def _model_round(state: _Step, last: models.Message) -> None:
             R.SUCCEEDED,
             answer=generation.output.text or "" if generation else "",
             finish_reason=(generation.finish_reason or "") if generation else "",
+            claim=(run.conversation_id, run.turn_token),
         )
         return
-    lifecycle.record_finish_reason(run.pk, generation.finish_reason or "")
     events.append(
         run.pk,
         "model_message",
@@ -205,6 +210,7 @@ def _model_round(state: _Step, last: models.Message) -> None:
             # Token counts as the model reported them (None when it did not).
             "usage": response.metadata.get("usage") if response is not None else None,
         },
+        finish_reason=generation.finish_reason or "",
     )
 
 
@@ -264,7 +270,12 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
         eligibility=DefaultToolExecutionEligibilityPredicate(),
     )
     if decision == ANSWERED:
-        lifecycle.finish(run.pk, R.SUCCEEDED, answer=last.text or "")
+        lifecycle.finish(
+            run.pk,
+            R.SUCCEEDED,
+            answer=last.text or "",
+            claim=(run.conversation_id, run.turn_token),
+        )
         return False
     if isinstance(decision, LoopEnding):
         _end(state, decision)
@@ -367,8 +378,10 @@ def _complete(state: _Step, last: models.Message) -> bool:
             return False
         assert isinstance(outcome, ToolExecutionResult)
         state.log.add(str(run.conversation_id), [outcome.conversation_history[-1]])
-        lifecycle.batch_done(run.pk)
-        events.append(run.pk, "tool_results", {"message": last.sequence + 1})
+        # The batch is done: its plan goes with the event that says so.
+        events.append(
+            run.pk, "tool_results", {"message": last.sequence + 1}, plan={}, waiting_for=None
+        )
     return True
 
 
@@ -383,4 +396,5 @@ def _end(state: _Step, ending: LoopEnding) -> None:
             R.SUCCEEDED,
             answer=(generation.output.text or "") if generation else "",
             finish_reason=(generation.finish_reason or "") if generation else "",
+            claim=(run.conversation_id, run.turn_token),
         )
