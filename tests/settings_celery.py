@@ -78,6 +78,8 @@ TOOL_CALLING = {
         "LEASE_SECONDS": 3,
         "WAIT_MARGIN": 20,
     },
+    # Re-raises tests.celery.toolsapp.tools.PaymentDeclined (only declining_charge raises it).
+    "EXCEPTION_PROCESSOR": "tests.celery.toolsapp.tools.rethrowing_processor",
 }
 
 LOGGING = {

@@ -49,6 +49,7 @@ from tool_calling.conf import (
     broker_visibility_timeout,
     settings,
 )
+from tool_calling.core.execution.exception_processor import ToolExecutionExceptionProcessor
 from tool_calling.core.execution.limits import ToolCallLimitBehavior
 
 __all__ = ["TAG", "check_settings"]
@@ -95,7 +96,9 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
 
 
 def _path(*keys: object) -> str:
-    return SETTING_NAME + "".join(f'["{key}"]' for key in keys)
+    return SETTING_NAME + "".join(
+        f"[{key}]" if isinstance(key, int) else f'["{key}"]' for key in keys
+    )
 
 
 def _did_you_mean(value: object, choices: Iterable[str]) -> str | None:
@@ -266,9 +269,13 @@ def _closest_import_path(path: str) -> str | None:
     return ".".join([*parts[:index], matches[0], *parts[index + 1 :]]) if matches else None
 
 
-def _check_dotted(keys: tuple[object, ...], value: Any, *, allow_none: bool) -> list[CheckMessage]:
-    """One dotted path (or a callable) at ``TOOL_CALLING[keys...]``."""
+def _check_dotted(
+    keys: tuple[object, ...], value: Any, *, allow_none: bool, instance_of: type | None = None
+) -> list[CheckMessage]:
+    """One dotted path (or a callable, or an ``instance_of``) at ``TOOL_CALLING[keys...]``."""
     if (value is None and allow_none) or callable(value):
+        return []
+    if instance_of is not None and isinstance(value, instance_of):
         return []
     path = _path(*keys)
     if not isinstance(value, str):
@@ -295,7 +302,9 @@ def _check_dotted(keys: tuple[object, ...], value: Any, *, allow_none: bool) -> 
                 id="tool_calling.E009",
             )
         ]
-    if not callable(imported):
+    if not callable(imported) and not (
+        instance_of is not None and isinstance(imported, instance_of)
+    ):
         return [
             Error(
                 f"The value of '{path}' must name a callable; {value!r} is a "
@@ -309,7 +318,8 @@ def _check_dotted(keys: tuple[object, ...], value: Any, *, allow_none: bool) -> 
 def _check_import_strings(values: Mapping[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for key in sorted(IMPORT_STRINGS):
-        errors += _check_dotted((key,), values[key], allow_none=True)
+        instance_of = ToolExecutionExceptionProcessor if key == "EXCEPTION_PROCESSOR" else None
+        errors += _check_dotted((key,), values[key], allow_none=True, instance_of=instance_of)
     errors += _check_dotted(
         ("CHAT_MODEL", "CLASS"), values["CHAT_MODEL"]["CLASS"], allow_none=False
     )

@@ -23,9 +23,9 @@ merged one level deep with their defaults, so overriding one limit keeps the oth
 Django REST framework, which replaces a dict-valued setting whole. Values one level further
 down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``) are taken as given.
 
-Keys listed in ``IMPORT_STRINGS`` (``AUDIT_REDACTOR``) take a dotted path, imported on first
-access (a callable or ``None`` is taken as given); a path that does not import raises an
-``ImportError`` naming the key, and the system checks report it at startup.
+Keys listed in ``IMPORT_STRINGS`` (``AUDIT_REDACTOR``, ``EXCEPTION_PROCESSOR``) take a dotted
+path, imported on first access (a callable or ``None`` is taken as given); a path that does not
+import raises an ``ImportError`` naming the key, and the system checks report it at startup.
 
 Nothing is read at import time. Values are resolved on first access, cached, and the cache is
 dropped when ``TOOL_CALLING`` changes (``override_settings`` in tests). Unknown or misspelled
@@ -139,6 +139,11 @@ DEFAULTS: dict[str, Any] = {
     # spring.ai.tools.throw-exception-on-error: re-raise a tool's exception instead of sending
     # its message to the model.
     "THROW_EXCEPTION_ON_ERROR": False,
+    # Dotted path of (or the) ToolExecutionExceptionProcessor of governed turns, or of a class
+    # or function making one with no arguments, e.g. to re-raise some exception types
+    # (DefaultToolExecutionExceptionProcessor(rethrown=[...])), wherever the call ran. None =
+    # the default processor, which THROW_EXCEPTION_ON_ERROR configures.
+    "EXCEPTION_PROCESSOR": None,
     # Raise instead of telling the model when it sends arguments that are not a JSON object or
     # fail the schema, or names a tool that is unknown or disabled.
     "STRICT_TOOL_CALLS": False,
@@ -197,7 +202,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-IMPORT_STRINGS: frozenset[str] = frozenset({"AUDIT_REDACTOR"})
+IMPORT_STRINGS: frozenset[str] = frozenset({"AUDIT_REDACTOR", "EXCEPTION_PROCESSOR"})
 """Keys whose value may be a dotted path, imported when the key is first read."""
 
 

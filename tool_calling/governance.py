@@ -28,6 +28,7 @@ from tool_calling.core._settings import core_settings
 from tool_calling.core.chat.client import ChatClient, ChatClientBuilder
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.chat.model import ChatModel
+from tool_calling.core.execution.exception_processor import ToolExecutionExceptionProcessor
 from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolCallExecutor
 from tool_calling.core.execution.plan import ToolCallPlan, ToolOutcomeKind
 from tool_calling.core.tools.callback import ToolCallback
@@ -39,6 +40,7 @@ __all__ = [
     "GovernedToolCallingManager",
     "GovernedTurn",
     "chat_model",
+    "exception_processor",
     "governed_chat_client",
     "governed_turn",
 ]
@@ -187,6 +189,24 @@ def _chat_model_factory(path: str) -> Any:
         ) from exc
 
 
+def exception_processor() -> ToolExecutionExceptionProcessor | None:
+    """The exception processor of governed turns (``EXCEPTION_PROCESSOR``); ``None``: default.
+
+    Raises:
+        ImproperlyConfigured: the setting makes no ``ToolExecutionExceptionProcessor``.
+    """
+    configured = app_settings.EXCEPTION_PROCESSOR
+    if configured is None or isinstance(configured, ToolExecutionExceptionProcessor):
+        return configured
+    made = configured()
+    if not isinstance(made, ToolExecutionExceptionProcessor):
+        raise ImproperlyConfigured(
+            f"TOOL_CALLING['EXCEPTION_PROCESSOR'] made a {type(made).__name__}, not a "
+            "ToolExecutionExceptionProcessor."
+        )
+    return made
+
+
 def chat_model() -> ChatModel:
     """The chat model of every governed path: ``CHAT_MODEL["CLASS"](**CHAT_MODEL["ARGUMENTS"])``.
 
@@ -244,6 +264,7 @@ def governed_turn(
         log=log,
         resolver=DatabaseToolCallbackResolver(user, governed.registry),
         resolution_fallback_enabled=bool(app_settings.RESOLUTION_FALLBACK_ENABLED),
+        exception_processor=exception_processor(),
     )
     context: dict[str, Any] = {}
     if getattr(user, "is_authenticated", False):

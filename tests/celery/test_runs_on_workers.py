@@ -143,3 +143,42 @@ def test_a_run_whose_workers_die_mid_model_call_is_recovered_within_its_short_le
     assert (run.status, run.answer) == ("succeeded", "Recovered")
     assert requests == 2  # the lost model call, and the one after the takeover
     assert [role for _, role in transcript(conversation)] == ["user", "assistant"]
+
+
+def test_a_rethrown_exception_raised_on_a_worker_ends_the_run_step_as_inline():
+    """A ``rethrown`` type raised by a tool on a real worker is raised in the run's step.
+
+    The run's step (itself on a worker) completes the batch from the call's outcome, a value
+    naming the exception's types; the exception processor re-raises ``PaymentDeclined`` there,
+    as it does in-process, so the step fails and the run with it.
+    """
+    from django.test import override_settings
+
+    from tests.celery.toolsapp.tools import PaymentDeclined
+    from tool_calling.governance import governed_chat_client
+    from tool_calling.testing import ScriptedChatModel, text, tool_call
+
+    sync_tools()
+    steps = [
+        {"tool_calls": [{"name": "declining_charge", "arguments": {"amount": 7}}]},
+        {"text": "Charged"},
+    ]
+    with ReplayServer(steps, port=settings.MODEL_PORT):
+        conversation = models.Conversation.objects.create(title="rethrown")
+        run = finished(runs.start_turn(conversation, "Charge 7"))
+    assert run.status == "failed"
+    assert run.error.startswith("Step 2 failed (PaymentDeclined); see the server log")
+    execution = models.ToolExecution.objects.get(run=run)
+    assert execution.worker and execution.error_type == (
+        "tests.celery.toolsapp.tools.PaymentDeclined"
+    )
+
+    # The same call waited for in this process, and the same call run inline: raised alike.
+    for mode in ("celery", "inline"):
+        model = ScriptedChatModel([tool_call("declining_charge", amount=8), text("Charged")])
+        execution_settings = {**settings.TOOL_CALLING["EXECUTION"], "MODE": mode}
+        with override_settings(
+            TOOL_CALLING={**settings.TOOL_CALLING, "EXECUTION": execution_settings}
+        ):
+            with pytest.raises(PaymentDeclined, match="^card declined for 8"):
+                governed_chat_client(model=model).prompt("Charge 8").call()

@@ -10,8 +10,8 @@ from tool_calling.conf import DEFAULTS
 
 ACCEPTED_KEYS = (
     "API, APPROVALS, AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, CONVERSATION_TURN_TIMEOUT, "
-    "EXECUTION, LIMITS, MAX_RESULT_CHARS, MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, "
-    "RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
+    "EXCEPTION_PROCESSOR, EXECUTION, LIMITS, MAX_RESULT_CHARS, MEMORY_MAX_MESSAGES, "
+    "NEW_TOOLS_ENABLED, RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
     "TOOL_CALLING_ADVISOR_AUTO_REGISTER"
 )
 REDACTOR = """TOOL_CALLING["AUDIT_REDACTOR"]"""
@@ -545,3 +545,30 @@ def test_e008_applies_to_flags_inside_dict_settings():
             id="tool_calling.E008",
         )
     ]
+
+
+def test_e009_checks_the_exception_processor_and_accepts_an_instance():
+    from tool_calling import DefaultToolExecutionExceptionProcessor
+
+    assert run({"EXCEPTION_PROCESSOR": DefaultToolExecutionExceptionProcessor()}) == []
+    assert run({"EXCEPTION_PROCESSOR": "tool_calling.DefaultToolExecutionExceptionProcessor"}) == []
+    (error,) = run({"EXCEPTION_PROCESSOR": "tool_calling.NoSuchProcessor"})
+    assert error.id == "tool_calling.E009"
+    assert error.msg.startswith(
+        """The value of 'TOOL_CALLING["EXCEPTION_PROCESSOR"]' must be an importable dotted path;"""
+    )
+
+
+def test_e009_checks_the_chat_model_class_and_the_permission_classes():
+    (error,) = run({"CHAT_MODEL": {"CLASS": "tool_calling.NoSuchModel"}})
+    assert (error.id, error.hint) == ("tool_calling.E009", "Did you mean 'tool_calling.ChatModel'?")
+    (error,) = run({"API": {"PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatd"]}})
+    assert error.msg.startswith(
+        """The value of 'TOOL_CALLING["API"]["PERMISSION_CLASSES"][0]' must be an importable"""
+    )
+    assert error.hint == "Did you mean 'rest_framework.permissions.IsAuthenticated'?"
+    (error,) = run({"CHAT_MODEL": {"ARGUMENTS": ["not", "a", "dict"]}})
+    assert error.msg == (
+        """The value of 'TOOL_CALLING["CHAT_MODEL"]["ARGUMENTS"]' must be a dict of keyword """
+        "arguments for CHAT_MODEL['CLASS']."
+    )

@@ -219,7 +219,7 @@ def test_an_audit_redactor_that_does_not_import_names_the_setting():
 
 
 def test_import_strings_are_the_documented_ones():
-    assert IMPORT_STRINGS == {"AUDIT_REDACTOR"}
+    assert IMPORT_STRINGS == {"AUDIT_REDACTOR", "EXCEPTION_PROCESSOR"}
     assert set(IMPORT_STRINGS) <= set(DEFAULTS)
 
 

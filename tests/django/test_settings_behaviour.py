@@ -8,6 +8,8 @@ offer may still run (only enabled tools the user may use).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
@@ -15,10 +17,11 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from tests.django._api import client_for, url
-from tests.django._tools import registered, tool_calling_settings
+from tests.django._tools import chat_model, registered, tool_calling_settings
 from tool_calling import ToolResponseMessage, models, runs, tool
 from tool_calling.core.chat.advisors.tool_calling import TOOL_ROUNDS_EXCEEDED
-from tool_calling.governance import chat_model, governed_chat_client
+from tool_calling.governance import chat_model as governed_model
+from tool_calling.governance import governed_chat_client
 from tool_calling.testing import ScriptedChatModel, text, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -106,14 +109,14 @@ def test_chat_model_chooses_the_model_of_the_chat_command(alice, capsys):
 def test_a_chat_model_class_that_makes_no_chat_model_is_refused():
     with override_settings(TOOL_CALLING=_model_settings("builtins.dict")):
         with pytest.raises(ImproperlyConfigured) as raised:
-            chat_model()
+            governed_model()
     assert str(raised.value) == (
         "TOOL_CALLING['CHAT_MODEL']['CLASS'] made a dict, not a ChatModel: name a ChatModel "
         "subclass or a function that returns one."
     )
     with override_settings(TOOL_CALLING=_model_settings("no.such.factory")):
         with pytest.raises(ImproperlyConfigured, match="Could not import 'no.such.factory'"):
-            chat_model()
+            governed_model()
 
 
 # --- API PERMISSION_CLASSES -------------------------------------------------------------------
@@ -195,3 +198,55 @@ def test_resolution_fallback_runs_a_tool_the_user_may_use_but_was_not_offered(al
     assert models.ToolExecution.objects.filter(tool_name="setting_other").latest("pk").status == (
         "refused"
     )
+
+
+# --- EXCEPTION_PROCESSOR -------------------------------------------------------------------------
+
+
+class PaymentDeclined(Exception):
+    """A project's exception that must stop the turn, wherever the tool ran."""
+
+
+@tool
+def setting_charge(amount: int) -> str:
+    """Charge a card."""
+    RAN.append(f"charge {amount}")
+    raise PaymentDeclined(f"card declined for {amount}")
+
+
+def rethrowing_processor():
+    """``EXCEPTION_PROCESSOR``: a factory, as a project writes one."""
+    from tool_calling import DefaultToolExecutionExceptionProcessor
+
+    return DefaultToolExecutionExceptionProcessor(rethrown=[PaymentDeclined])
+
+
+RETHROWING = tool_calling_settings(EXCEPTION_PROCESSOR=f"{__name__}.rethrowing_processor")
+
+
+@pytest.mark.parametrize("mode", ["inline", "celery"])
+def test_the_exception_processor_setting_rethrows_where_the_call_ran(alice, mode):
+    model = ScriptedChatModel([tool_call("setting_charge", amount=5), text("Charged")])
+    with registered(setting_charge):
+        with override_settings(TOOL_CALLING={**RETHROWING, "EXECUTION": {"MODE": mode}}):
+            # (A call on a worker adds a note: the worker's traceback.)
+            with pytest.raises(PaymentDeclined, match="^card declined for 5"):
+                governed_chat_client(user=alice, model=model).prompt("Pay").call()
+        # Without it, the model is told and the turn goes on.
+        model = ScriptedChatModel([tool_call("setting_charge", amount=5), text("Sorry")])
+        assert governed_chat_client(user=alice, model=model).prompt("Pay").call().content() == (
+            "Sorry"
+        )
+
+
+def test_the_exception_processor_setting_ends_a_durable_run_as_the_in_process_turn(alice):
+    conversation = models.Conversation.objects.create(owner=alice)
+    model = ScriptedChatModel([tool_call("setting_charge", amount=5), text("Charged")])
+    celery = {**RETHROWING, "EXECUTION": {"MODE": "celery"}}
+    with registered(setting_charge), chat_model(model), override_settings(TOOL_CALLING=celery):
+        run = runs.start_turn(conversation, "Pay", user=alice)
+    run.refresh_from_db()
+    # The step that completes the batch raises it, as the in-process loop does, and fails.
+    assert run.status == "failed"
+    assert re.match(r"Step \d+ failed \(PaymentDeclined\); see the server log", run.error)
+    assert RAN == ["charge 5"]

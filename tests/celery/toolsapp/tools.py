@@ -91,3 +91,21 @@ def guarded_transfer(account: str, amount: int) -> str:
     """Move money; a person approves every transfer first."""
     record("guarded_transfer", f"{account}:{amount}")
     return f"moved {amount} to {account}"
+
+
+class PaymentDeclined(Exception):
+    """A project's exception that ends a turn wherever the tool ran (EXCEPTION_PROCESSOR)."""
+
+
+@tool
+def declining_charge(amount: int) -> str:
+    """Charge a card; the card is always declined."""
+    record("declining_charge", str(amount))
+    raise PaymentDeclined(f"card declined for {amount}")
+
+
+def rethrowing_processor():
+    """``TOOL_CALLING["EXCEPTION_PROCESSOR"]`` of this tier: re-raise ``PaymentDeclined``."""
+    from tool_calling import DefaultToolExecutionExceptionProcessor
+
+    return DefaultToolExecutionExceptionProcessor(rethrown=[PaymentDeclined])
