@@ -8,8 +8,10 @@ Everything the library raises on purpose derives from :class:`ToolCallingError`:
      ├── ToolArgumentsError (ValueError)    the model's arguments are not JSON or fail the
      │                                      schema (raised only with STRICT_TOOL_CALLS)
      ├── ToolFailure                        raised by a tool on purpose: its message goes to the
- │                                      model as an error response, never re-raised
- ├── ToolExecutionException             a tool raised; .tool_definition, .cause
+     │                                      model as an error response, never re-raised
+     ├── ToolSearchQueryError (ValueError)  a tool search query an index cannot use (a bad
+     │                                      pattern); the message is written for the model
+     ├── ToolExecutionException             a tool raised; .tool_definition, .cause
      ├── ToolCallLimitExceededException     .tool_name, .limit, .partial_result
      └── ChatModelError                     the model API failed after the SDK's retries;
           │                                 .status_code, .request_id, .retry_after
@@ -45,6 +47,7 @@ __all__ = [
     "ToolExecutionException",
     "ToolFailure",
     "ToolResolutionError",
+    "ToolSearchQueryError",
 ]
 
 
@@ -79,6 +82,13 @@ class ToolFailure(ToolCallingError):
     ``raise ToolFailure("Order A1 is already shipped; it cannot be cancelled.")`` becomes an
     ``is_error`` tool response with exactly that text. Unlike other exceptions it is expected:
     it is logged without a traceback and never re-raised by the exception processor.
+    """
+
+
+class ToolSearchQueryError(ToolCallingError, ValueError):
+    """A tool index cannot use a search query (an invalid or too costly pattern).
+
+    The message is written for the model: the search tool answers it as an ``is_error`` text.
     """
 
 
