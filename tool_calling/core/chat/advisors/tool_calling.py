@@ -149,7 +149,9 @@ class ToolCallingAdvisor(Advisor):
         chat_response = response.chat_response
         if chat_response is not None:
             state.usage = add_usage(state.usage, chat_response.metadata.get("usage"))
-        options = state.request.prompt.options
+        # The options the model was called with: a subclass's before_call may have narrowed the
+        # tools, and only the tools the model was offered may run.
+        options = request.prompt.options
         decision = decide_after_model(
             options,
             chat_response,
