@@ -429,7 +429,9 @@ class ToolSearchToolCallingAdvisor(ToolCallingAdvisor):
             always_include = [always_include]
         self.always_include: frozenset[str] = frozenset(always_include)
         """Tools offered on every call without a search."""
-        self.discoveries: DiscoveryStore = discoveries or InMemoryDiscoveryStore()
+        self.discoveries: DiscoveryStore = (
+            discoveries if discoveries is not None else InMemoryDiscoveryStore()
+        )
         """Where each conversation's finds are kept."""
         for label, value in (
             ("max_discovered", max_discovered),
