@@ -353,3 +353,14 @@ def test_augmented_tools_behind_tool_search() -> None:
     found = [c for c in options.tool_callbacks if c.definition.name == "get_weather"]  # type: ignore[union-attr]
     assert "inner_thought" in found[0].definition.input_schema["properties"]
     assert received[0].values == Thinking(**THOUGHT)
+
+
+def test_split_gives_the_values_and_the_tools_input_without_calling_the_consumer() -> None:
+    wrapper = augmented()
+    raw = json.dumps({**THOUGHT, "city": "Oslo"})
+    event, delegated = wrapper.split(raw, ToolContext({"conversation_id": "c1"}))
+    assert event.values == Thinking(**THOUGHT)
+    assert event.raw_arguments == raw
+    assert event.tool_context["conversation_id"] == "c1"
+    assert json.loads(delegated) == {"city": "Oslo"}
+    assert received == [] and ran == []

@@ -148,8 +148,18 @@ class AugmentedToolCallback(ToolCallback):
         """The wrapped tool's metadata (return-direct, approval, tags)."""
         return self._delegate.metadata
 
-    def _prepare(self, tool_input: str, tool_context: ToolContext | None) -> str:
-        """Validate and hand over the augmented fields; return the input for the tool."""
+    def split(
+        self, tool_input: str, tool_context: ToolContext | None = None
+    ) -> tuple[AugmentedArguments[Any], str]:
+        """Validate the augmented fields of a call; return them and the wrapped tool's input.
+
+        The consumer is not called: this is for a caller that records the values itself (an
+        audit row) or runs the wrapped tool elsewhere (a worker that only knows the plain tool).
+
+        Raises:
+            ToolArgumentsError: the arguments are not a JSON object, or the augmented fields
+                fail ``augment_type``.
+        """
         name = self._definition.name
         text = tool_input if tool_input and tool_input.strip() else "{}"
         try:
@@ -177,14 +187,18 @@ class AugmentedToolCallback(ToolCallback):
         event = AugmentedArguments(
             self._delegate.definition, values, tool_input, tool_context or ToolContext()
         )
+        if not self.remove_extra_arguments or not any(k in arguments for k in self._removed):
+            return event, tool_input
+        kept = {k: v for k, v in arguments.items() if k not in self._removed}
+        return event, json.dumps(kept, ensure_ascii=False)
+
+    def _prepare(self, tool_input: str, tool_context: ToolContext | None) -> str:
+        event, delegated = self.split(tool_input, tool_context)
         try:
             self.consumer(event)
         except Exception as exc:
             raise ToolExecutionException(self._delegate.definition, exc) from exc
-        if not self.remove_extra_arguments or not any(k in arguments for k in self._removed):
-            return tool_input
-        kept = {k: v for k, v in arguments.items() if k not in self._removed}
-        return json.dumps(kept, ensure_ascii=False)
+        return delegated
 
     def call(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
         """Hand the augmented fields to the consumer, then run the wrapped tool.
