@@ -248,3 +248,18 @@ def test_an_empty_index_finds_nothing() -> None:
 def test_the_abstract_index_needs_its_three_methods() -> None:
     with pytest.raises(TypeError, match="abstract"):
         ToolIndex()  # type: ignore[abstract]
+
+
+def test_abbreviations_and_noun_suffixes_are_read_as_their_words() -> None:
+    assert terms(["pr"], stem=None) == ["pull", "request"]
+    assert light_stem("translation") == light_stem("translate") == "translat"
+    assert light_stem("pollutant") == light_stem("pollution") == "pollut"
+    assert light_stem("station") == "station"  # too short to be a noun of a verb
+    index = LexicalToolIndex()
+    index.index(
+        [
+            definition("get_pull_request_files", "List the files a pull request changes."),
+            definition("list_commits", "List commits."),
+        ]
+    )
+    assert index.search("files of PR 12", 1) == ["get_pull_request_files"]

@@ -74,6 +74,13 @@ def light_stem(word: str) -> str:
         word = _undouble(word[:-3])
     elif word.endswith("ed") and len(word) > 4 and _VOWEL.search(word[:-2]):
         word = _undouble(word[:-2])
+    # Nouns of verbs: "translation" and "translate", "pollution" and "pollutant" end alike.
+    if word.endswith("ization") and len(word) >= 10:
+        word = word[:-5]
+    elif word.endswith("tion") and len(word) >= 8:
+        word = word[:-3]
+    elif word.endswith("ant") and len(word) >= 8:
+        word = word[:-3]
     if word.endswith("e") and len(word) > 3:
         word = word[:-1]
     return word
@@ -83,6 +90,27 @@ STEM_MARK = "~"
 """Prefix of stemmed terms, which are indexed beside the words as written."""
 
 
+ABBREVIATIONS: dict[str, tuple[str, ...]] = {
+    "pr": ("pull", "request"),
+    "prs": ("pull", "requests"),
+    "mr": ("merge", "request"),
+    "repo": ("repository",),
+    "repos": ("repositories",),
+    "k8s": ("kubernetes",),
+    "db": ("database",),
+    "dm": ("direct", "message"),
+    "env": ("environment",),
+    "config": ("configuration",),
+    "info": ("information",),
+    "msg": ("message",),
+    "docs": ("documentation",),
+    "ci": ("continuous", "integration"),
+    "vm": ("virtual", "machine"),
+    "qr": ("qr", "code"),
+}
+"""Abbreviations read as the words they stand for, in tool texts and queries alike."""
+
+
 def terms(tokens: Iterable[str], stem: Callable[[str], str] | None = light_stem) -> list[str]:
     """Return search terms: each word that is not a stop word, and its stem.
 
@@ -90,7 +118,12 @@ def terms(tokens: Iterable[str], stem: Callable[[str], str] | None = light_stem)
     finds *issue* through the stem, and a tool that says *issues* ranks above one that says
     *issue* (list tools say plurals). ``stem=None`` keeps the words only.
     """
-    kept = [t for t in tokens if t not in STOP_WORDS]
+    kept = [
+        word
+        for token in tokens
+        if token not in STOP_WORDS
+        for word in ABBREVIATIONS.get(token, (token,))
+    ]
     if stem is None:
         return kept
     found: list[str] = []
@@ -109,6 +142,10 @@ SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
     ("list", "show", "enumerate", "browse", "all"),
     ("update", "edit", "modify", "change", "set", "alter", "adjust"),
     ("search", "find", "lookup", "look", "query", "locate", "discover"),
+    ("write", "save", "store", "overwrite"),
+    ("web", "internet", "online"),
+    ("directions", "route", "navigate", "navigation"),
+    ("alert", "warning", "warn", "alarm"),
     ("send", "post", "deliver", "submit", "share"),
     ("start", "run", "launch", "trigger", "begin", "execute", "kick"),
     ("stop", "halt", "end", "pause", "terminate", "kill"),
