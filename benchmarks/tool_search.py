@@ -152,32 +152,6 @@ class Bm25sIndex(ToolIndex):
         self._names = []
 
 
-class HybridIndex(ToolIndex):
-    """Reciprocal rank fusion of the embedding and the lexical rankings (benchmark only)."""
-
-    def __init__(self, lexical_weight: float = 1.0) -> None:
-        from tool_calling.core.search.embedding import EmbeddingToolIndex
-
-        self._embedding = EmbeddingToolIndex()
-        self._lexical = LexicalToolIndex()
-        self._weight = lexical_weight
-
-    def index(self, definitions: Sequence[ToolDefinition], *, tags: Tags | None = None) -> None:
-        self._embedding.index(definitions, tags=tags)
-        self._lexical.index(definitions, tags=tags)
-
-    def search(self, query: str, max_results: int = 5) -> list[str]:
-        fused: dict[str, float] = {}
-        for weight, index in ((1.0, self._embedding), (self._weight, self._lexical)):
-            for rank, name in enumerate(index.search(query, 30)):
-                fused[name] = fused.get(name, 0.0) + weight / (60 + rank)
-        return sorted(fused, key=lambda n: -fused[n])[:max_results]
-
-    def clear(self) -> None:
-        self._embedding.clear()
-        self._lexical.clear()
-
-
 def regex_query(request: str) -> str:
     """The request as a pattern: its words (stop words out) as alternatives."""
     kept = [w for w in _text.words(request) if w not in _text.STOP_WORDS and len(w) > 2]
@@ -411,7 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import torch
 
-            from tool_calling.core.search.embedding import EmbeddingToolIndex, load_default_model
+            from tool_calling.core.search.embedding import (
+                EmbeddingToolIndex,
+                HybridToolIndex,
+                load_default_model,
+            )
 
             # One thread per query: with the default (every core) a busy 2-core machine is
             # ten times slower.
@@ -419,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             load_default_model()
             variants += [
                 ("EmbeddingToolIndex (all-MiniLM-L6-v2)", EmbeddingToolIndex, lambda q: q),
-                ("hybrid: embedding + lexical (RRF)", HybridIndex, lambda q: q),
+                ("HybridToolIndex (embedding + lexical, RRF)", HybridToolIndex, lambda q: q),
             ]
         except ImportError as exc:
             print(f"(embedding rows skipped: {exc})\n")

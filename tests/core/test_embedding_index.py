@@ -113,3 +113,19 @@ def test_the_embedding_index_behind_the_search_advisor(embedding_index_class: ty
     )
     assert reply.content() == "About 270 dollars."
     assert model.tool_names_seen[1] == ["tool_search", "convert_currency"]
+
+
+def test_the_hybrid_fuses_both_rankings(embedding_index_class: type) -> None:
+    from tool_calling.core.search.embedding import HybridToolIndex
+
+    hybrid = HybridToolIndex()
+    hybrid.index([*TOOLS, definition("convert_units", "Convert miles to kilometers.")])
+    # Lexical alone cannot read "euros in dollars"; the embedding can.
+    assert hybrid.search("How much is 250 euros in dollars?", 1) == ["convert_currency"]
+    # An exact tool name stays first through the fusion.
+    assert hybrid.search("send_sms", 1) == ["send_sms"]
+    assert len(hybrid.search("convert", 10)) <= 5
+    hybrid.clear()
+    assert hybrid.search("weather", 3) == []
+    with pytest.raises(ValueError, match="lexical_weight must be >= 0"):
+        HybridToolIndex(hybrid.embedding, lexical_weight=-1)
