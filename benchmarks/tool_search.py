@@ -81,14 +81,30 @@ BUILD_REPEATS = 3
 # -- index variants -----------------------------------------------------------------------------
 
 
+class StemsOnlyIndex(LexicalToolIndex):
+    """The default index without the words as written: stems only (an ablation)."""
+
+    def _field_terms(self, field: str, text_: str) -> list[str]:
+        return [t for t in super()._field_terms(field, text_) if t.startswith(_text.STEM_MARK)]
+
+    def _query_terms(self, query: str) -> list[str]:
+        return [t for t in super()._query_terms(query) if t.startswith(_text.STEM_MARK)]
+
+
 def lexical(
-    *, stem: bool = True, synonyms: bool = True, fields: bool = True, **kwargs: Any
+    *,
+    stem: bool = True,
+    synonyms: bool = True,
+    fields: bool = True,
+    words_as_written: bool = True,
+    **kwargs: Any,
 ) -> Callable[[], ToolIndex]:
     """A LexicalToolIndex factory with parts of the default ranking turned off (ablations)."""
 
     def make() -> ToolIndex:
         weights = None if fields else {"name": 1, "description": 1, "parameters": 1, "tags": 1}
-        index = LexicalToolIndex(field_weights=weights, **kwargs)
+        kind = LexicalToolIndex if words_as_written else StemsOnlyIndex
+        index = kind(field_weights=weights, **kwargs)
         if not stem:
             index._stem = None
             index._synonyms = _text.synonym_table(None)
@@ -371,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         ("LexicalToolIndex (default)", LexicalToolIndex, lambda q: q),
         ("  without synonyms", lexical(synonyms=False), lambda q: q),
         ("  without stems", lexical(stem=False), lambda q: q),
+        ("  stems only (no words as written)", lexical(words_as_written=False), lambda q: q),
         ("  one field weight (plain BM25)", lexical(fields=False), lambda q: q),
         (
             "  plain BM25, no stems, no synonyms",

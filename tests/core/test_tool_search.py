@@ -862,3 +862,20 @@ def test_search_results_are_json_free_text_with_the_tool_names() -> None:
     assert message == "Found 2 tools, now available to call: list_invoices, create_github_issue."
     with pytest.raises(json.JSONDecodeError):
         json.loads(message)
+
+
+def test_a_tool_calling_advisor_runs_only_the_tools_its_before_call_offered() -> None:
+    """The hook the search advisor relies on: execution uses the options the model saw."""
+
+    class OnlyWeather(ToolCallingAdvisor):
+        def before_call(self, request, chain):  # type: ignore[no-untyped-def]
+            options = request.prompt.options
+            narrowed = options.copy(
+                tool_callbacks=[c for c in options.tool_callbacks if c.name == "get_weather"]
+            )
+            return request.with_prompt(request.prompt.copy(options=narrowed))
+
+    model = ScriptedChatModel([tool_call("send_email", to="x@y.z", body="hi"), text("Ok.")])
+    run(model, OnlyWeather())
+    assert ran == []
+    assert responses_of(model, 2)[0][2] is True

@@ -77,6 +77,9 @@ class LexicalToolIndex(ToolIndex):
         split = name_words(text) if field == "name" else words(text)
         return terms(split, self._stem)
 
+    def _query_terms(self, query: str) -> list[str]:
+        return terms(words(query), self._stem)
+
     def index(self, definitions: Sequence[ToolDefinition], *, tags: Tags | None = None) -> None:
         """Index ``definitions`` (replacing the previous tools); see :class:`ToolIndex`."""
         check_unique(definitions)
@@ -118,7 +121,7 @@ class LexicalToolIndex(ToolIndex):
         exact = self._by_name.get(query.strip())
         scores: dict[int, float] = {}
         postings = self._postings
-        query_terms = dict.fromkeys(terms(words(query), self._stem))
+        query_terms = dict.fromkeys(self._query_terms(query))
         for term in query_terms:
             for doc, score in postings.get(term, ()):
                 scores[doc] = scores.get(doc, 0.0) + score
