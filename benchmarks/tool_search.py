@@ -385,12 +385,12 @@ def main(argv: list[str] | None = None) -> int:
 
     variants: list[tuple[str, Callable[[], ToolIndex], Callable[[str], str]]] = [
         ("LexicalToolIndex (default)", LexicalToolIndex, lambda q: q),
-        ("  without synonyms", lexical(synonyms=False), lambda q: q),
-        ("  without stems", lexical(stem=False), lambda q: q),
-        ("  stems only (no words as written)", lexical(words_as_written=False), lambda q: q),
-        ("  one field weight (plain BM25)", lexical(fields=False), lambda q: q),
+        ("lexical, without synonyms", lexical(synonyms=False), lambda q: q),
+        ("lexical, without stems", lexical(stem=False), lambda q: q),
+        ("lexical, stems only (no words as written)", lexical(words_as_written=False), lambda q: q),
+        ("lexical, one field weight", lexical(fields=False), lambda q: q),
         (
-            "  plain BM25, no stems, no synonyms",
+            "plain BM25: one weight, no stems, no synonyms",
             lexical(stem=False, synonyms=False, fields=False),
             lambda q: q,
         ),
