@@ -67,7 +67,9 @@ class ToolCallingAdvisor(Advisor):
     """Runs the tools the model asks for and calls the model again until it answers.
 
     Hooks for subclasses, in the order they run: ``initialize_loop`` (once), then per model call
-    ``before_call`` and ``after_call``, then ``finalize_loop`` (once).
+    ``before_call`` and ``after_call``, then ``finalize_loop`` (once). The calls of a response run
+    with the options of the request ``before_call`` returned: a subclass that offers the model
+    fewer tools also lets fewer tools run.
 
     Args:
         tool_calling_manager: Executes the calls; a ``DefaultToolCallingManager`` by default.

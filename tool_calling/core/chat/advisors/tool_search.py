@@ -240,6 +240,7 @@ class _SearchTurn:
         self.pinned = [n for n in self.names if n in advisor.always_include]
         self.conversation_id = conversation_id
         self._found: dict[str, None] = {}  # this turn's finds when there is no conversation
+        self._lock = threading.Lock()  # two searches of one batch run in two threads
         self._fingerprint: str | None = None
         self.callback = _SearchToolCallback(self)
 
@@ -251,7 +252,8 @@ class _SearchTurn:
 
     def discovered(self) -> list[str]:
         if self.conversation_id is None:
-            found = list(self._found)
+            with self._lock:
+                found = list(self._found)
         else:
             found = self.store.get(self.conversation_id)
         pinned = set(self.pinned)
@@ -260,9 +262,10 @@ class _SearchTurn:
 
     def record(self, names: Sequence[str]) -> None:
         if self.conversation_id is None:
-            for name in names:
-                self._found.pop(name, None)
-                self._found[name] = None
+            with self._lock:
+                for name in names:
+                    self._found.pop(name, None)
+                    self._found[name] = None
         else:
             self.store.add(self.conversation_id, names)
 
