@@ -8,7 +8,7 @@ import logging
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated
 
 import pydantic
@@ -393,7 +393,7 @@ class ToolSearchToolCallingAdvisor(ToolCallingAdvisor):
         discoveries: DiscoveryStore | None = None,
         max_discovered: int = 20,
         search_threshold: int = 0,
-        tags: dict[str, Sequence[str]] | None = None,
+        tags: Mapping[str, Sequence[str]] | None = None,
         eligibility: ToolExecutionEligibilityPredicate | None = None,
         max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
     ) -> None:
