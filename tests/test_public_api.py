@@ -316,3 +316,59 @@ def test_the_root_imports_without_the_mcp_sdk_and_names_the_install_command() ->
         "mcp tool_calling.core.mcp needs the 'mcp' package (version 2): pip install "
         "'django-tool-calling[mcp]' (or: pip install 'mcp>=2.3,<3' jsonschema)"
     )
+
+
+# DESIGN.md §7 (second wave): tool search and argument augmentation.
+SECOND_WAVE = [
+    "ToolIndex",
+    "LexicalToolIndex",
+    "RegexToolIndex",
+    "ToolSearchToolCallingAdvisor",
+    "AugmentedToolCallbackProvider",
+    "AugmentedToolCallback",
+]
+
+
+@pytest.mark.parametrize("name", SECOND_WAVE)
+def test_second_wave_name_is_exported(name: str) -> None:
+    assert name in tool_calling.__all__
+    namespace: dict[str, object] = {}
+    exec(f"from tool_calling import {name}", namespace)
+    assert namespace[name] is getattr(tool_calling, name)
+
+
+def test_tool_index_contract() -> None:
+    index = tool_calling.ToolIndex
+    assert inspect.isabstract(index)
+    assert index.__abstractmethods__ == frozenset({"index", "search", "clear"})
+    assert _params(index.search) == [
+        ("self", POS, EMPTY),
+        ("query", POS, EMPTY),
+        ("max_results", POS, 5),
+    ]
+    assert [p[0] for p in _params(index.index)][:2] == ["self", "definitions"]
+    assert issubclass(tool_calling.LexicalToolIndex, index)
+    assert issubclass(tool_calling.RegexToolIndex, index)
+
+
+def test_tool_search_advisor_signature() -> None:
+    params = _params(tool_calling.ToolSearchToolCallingAdvisor)
+    assert params[:3] == [
+        ("tool_index", POS, None),
+        ("max_results", POS, 5),
+        ("always_include", POS, ()),
+    ]
+    assert issubclass(tool_calling.ToolSearchToolCallingAdvisor, tool_calling.ToolCallingAdvisor)
+
+
+def test_augmentation_signatures() -> None:
+    expected = [
+        ("delegate", POS, EMPTY),
+        ("augment_type", POS, EMPTY),
+        ("consumer", POS, EMPTY),
+        ("remove_extra_arguments", POS, True),
+    ]
+    assert _params(tool_calling.AugmentedToolCallbackProvider) == expected
+    assert _params(tool_calling.AugmentedToolCallback) == expected
+    assert issubclass(tool_calling.AugmentedToolCallbackProvider, tool_calling.ToolCallbackProvider)
+    assert issubclass(tool_calling.AugmentedToolCallback, tool_calling.ToolCallback)

@@ -13,9 +13,15 @@ import importlib as _importlib
 from typing import Any as _Any
 
 from tool_calling.core._version import VERSION as _VERSION
+from tool_calling.core.augment import (
+    AugmentedArguments,
+    AugmentedToolCallback,
+    AugmentedToolCallbackProvider,
+)
 from tool_calling.core.chat.advisors.base import HIGHEST_PRECEDENCE, LOWEST_PRECEDENCE, Advisor
 from tool_calling.core.chat.advisors.memory import MessageChatMemoryAdvisor
 from tool_calling.core.chat.advisors.tool_calling import ToolCallingAdvisor
+from tool_calling.core.chat.advisors.tool_search import ToolSearchToolCallingAdvisor
 from tool_calling.core.chat.client import ChatClient
 from tool_calling.core.chat.memory import (
     ChatMemory,
@@ -48,6 +54,10 @@ from tool_calling.core.execution.resolvers import (
     ToolCallbackResolver,
 )
 from tool_calling.core.execution.result import ToolExecutionResult
+from tool_calling.core.search.base import ToolIndex
+from tool_calling.core.search.discoveries import DiscoveryStore, InMemoryDiscoveryStore
+from tool_calling.core.search.lexical import LexicalToolIndex
+from tool_calling.core.search.regex import RegexToolIndex
 from tool_calling.core.tools.callback import (
     FunctionToolCallback,
     ToolCallback,
@@ -93,6 +103,9 @@ __all__ = [
     "LOWEST_PRECEDENCE",
     "Advisor",
     "AssistantMessage",
+    "AugmentedArguments",
+    "AugmentedToolCallback",
+    "AugmentedToolCallbackProvider",
     "ChatClient",
     "ChatMemory",
     "ChatMemoryRepository",
@@ -102,15 +115,19 @@ __all__ = [
     "DefaultToolCallingManager",
     "DefaultToolExecutionExceptionProcessor",
     "DelegatingToolCallbackResolver",
+    "DiscoveryStore",
     "FunctionToolCallback",
     "Generation",
     "InMemoryChatMemoryRepository",
     "McpToolCallbackProvider",
+    "InMemoryDiscoveryStore",
+    "LexicalToolIndex",
     "Message",
     "MessageChatMemoryAdvisor",
     "MessageWindowChatMemory",
     "OpenAIChatModel",
     "Prompt",
+    "RegexToolIndex",
     "StaticToolCallbackResolver",
     "SystemMessage",
     "ToolCall",
@@ -132,11 +149,13 @@ __all__ = [
     "ToolExecutionException",
     "ToolExecutionExceptionProcessor",
     "ToolExecutionResult",
+    "ToolIndex",
     "ToolMetadata",
     "ToolParam",
     "ToolResolutionError",
     "ToolResponse",
     "ToolResponseMessage",
+    "ToolSearchToolCallingAdvisor",
     "UserMessage",
     "tool",
     "tool_callbacks",

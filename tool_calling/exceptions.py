@@ -13,6 +13,8 @@ Everything the library raises on purpose derives from :class:`ToolCallingError`:
      │         ├── McpServerUnavailableError  not connected, or connection lost (.reason)
      │         ├── McpServerTimeoutError      no answer within the timeout (.timeout)
      │         └── McpServerRequestError      the server answered with an error (.code)
+     ├── ToolSearchQueryError (ValueError)  a tool search query an index cannot use (a bad
+     │                                      pattern); the message is written for the model
      ├── ToolExecutionException             a tool raised; .tool_definition, .cause
      ├── RemoteToolError                    a tool raised on a worker and its class could not
      │                                      be rebuilt here; .error_type
@@ -51,6 +53,7 @@ from tool_calling.core.errors import (
     ToolDefinitionError,
     ToolFailure,
     ToolResolutionError,
+    ToolSearchQueryError,
 )
 from tool_calling.core.execution.limits import ToolCallLimitExceededException
 from tool_calling.core.tools.callback import ToolExecutionException
@@ -74,4 +77,5 @@ __all__ = [
     "ToolExecutionException",
     "ToolFailure",
     "ToolResolutionError",
+    "ToolSearchQueryError",
 ]

@@ -23,6 +23,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolFailure",
     "ToolResolutionError",
+    "ToolSearchQueryError",
 ]
 
 
@@ -113,6 +114,13 @@ class McpServerRequestError(McpServerError):
         super().__init__(message, server=server, operation=operation)
         self.code = code
         """The JSON-RPC error code, or ``None`` for a result that failed validation."""
+
+
+class ToolSearchQueryError(ToolCallingError, ValueError):
+    """A tool index cannot use a search query (an invalid or too costly pattern).
+
+    The message is written for the model: the search tool answers it as an ``is_error`` text.
+    """
 
 
 class ChatModelError(ToolCallingError):

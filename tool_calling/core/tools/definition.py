@@ -76,7 +76,7 @@ class ToolDefinition:
 
 @dataclass(frozen=True, kw_only=True)
 class ToolMetadata:
-    """How the framework treats a tool's result."""
+    """How the framework treats a tool: its result, its approval, how it is found."""
 
     return_direct: bool = False
     """Return the tool's result to the caller as the answer instead of sending it to the model."""
@@ -84,3 +84,14 @@ class ToolMetadata:
     """A person must approve each call before it runs (background runs pause for it; see
     ``tool_calling.calls.approvals``). In code it is a floor: operators cannot lift it in the
     admin."""
+    tags: tuple[str, ...] = ()
+    """Extra words tool search finds the tool by (synonyms, the product it belongs to, ...);
+    never sent to the model."""
+
+    def __post_init__(self) -> None:
+        tags = self.tags
+        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+            raise ToolDefinitionError(
+                f"ToolMetadata tags must be a sequence of strings, got {tags!r}."
+            )
+        object.__setattr__(self, "tags", tuple(tags))

@@ -70,7 +70,9 @@ class ToolCallingAdvisor(Advisor):
     """Runs the tools the model asks for and calls the model again until it answers.
 
     Hooks for subclasses, in the order they run: ``initialize_loop`` (once), then per model call
-    ``before_call`` and ``after_call``, then ``finalize_loop`` (once).
+    ``before_call`` and ``after_call``, then ``finalize_loop`` (once). The calls of a response run
+    with the options of the request ``before_call`` returned: a subclass that offers the model
+    fewer tools also lets fewer tools run.
 
     Args:
         tool_calling_manager: Executes the calls; a ``DefaultToolCallingManager`` by default.
@@ -155,7 +157,9 @@ class ToolCallingAdvisor(Advisor):
         chat_response = response.chat_response
         if chat_response is not None:
             state.usage = add_usage(state.usage, chat_response.metadata.get("usage"))
-        options = state.request.prompt.options
+        # The options the model was called with: a subclass's before_call may have narrowed the
+        # tools, and only the tools the model was offered may run.
+        options = request.prompt.options
         decision = decide_after_model(
             options,
             chat_response,

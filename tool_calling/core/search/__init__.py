@@ -1,0 +1,1 @@
+"""Tool search: indexes that find a request's tools by a query (progressive disclosure)."""
