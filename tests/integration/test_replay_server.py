@@ -444,7 +444,7 @@ def test_demo_mode_refuses_a_body_nested_too_deeply_with_a_400() -> None:
 
 def test_an_unexpected_failure_answers_500_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug in the server answers an error the client can show, never a dropped connection."""
-    from tool_calling.testing import server as server_module
+    from tool_calling.testing import _replay as server_module
 
     def broken(body: Any) -> Any:
         raise KeyError("boom")

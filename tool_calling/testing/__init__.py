@@ -14,7 +14,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
 
 from tool_calling.core.chat.messages import (
     AssistantMessage,
@@ -26,9 +26,7 @@ from tool_calling.core.chat.model import ChatModel
 from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse, Generation
 from tool_calling.testing._chunks import count_words, split_text
-
-if TYPE_CHECKING:
-    from tool_calling.testing.server import ReplayServer
+from tool_calling.testing._replay import ReplayServer
 
 __all__ = [
     "ReplayServer",
@@ -280,16 +278,6 @@ class ScriptedChatModel(ChatModel):
             f"ScriptedChatModel(name={self.name!r}, steps={len(self._steps)}, "
             f"remaining={self.remaining_steps})"
         )
-
-
-def __getattr__(name: str) -> Any:
-    # Imported on first use so that `python -m tool_calling.testing.server` does not find the
-    # module already imported (runpy warns), and so the server stays optional.
-    if name == "ReplayServer":
-        from tool_calling.testing.server import ReplayServer
-
-        return ReplayServer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_step(step: object, where: str, *, allow_callable: bool = True) -> None:
