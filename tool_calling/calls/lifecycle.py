@@ -197,6 +197,32 @@ def _user(user: Any) -> Any:
     return user if getattr(user, "is_authenticated", False) else None
 
 
+def _create(
+    tool_call: ToolCall,
+    *,
+    tool: models.Tool | None,
+    user: Any,
+    conversation_id: Any,
+    assistant_message_id: int | None,
+    run_id: Any,
+    **fields: Any,
+) -> models.ToolExecution:
+    """Insert the row of a call: what every call records, then ``fields``."""
+    name = tool_call.name
+    return models.ToolExecution.objects.create(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        assistant_message_id=assistant_message_id,
+        tool_call_id=tool_call.id[:200],
+        tool=tool,
+        tool_name=name[:200],
+        arguments=audit_text(tool_call.arguments, tool_name=name, field="arguments"),
+        user=_user(user),
+        idempotent=bool(tool is not None and tool.idempotent),
+        **fields,
+    )
+
+
 def record_for_worker(
     tool_call: ToolCall,
     tool_context: Mapping[str, Any],
@@ -226,15 +252,13 @@ def record_for_worker(
     if needs_approval and app_settings.APPROVALS["EXPIRE_AFTER"] is not None:
         seconds = int(app_settings.APPROVALS["EXPIRE_AFTER"])
         expires = timezone.now() + datetime.timedelta(seconds=seconds)
-    return models.ToolExecution.objects.create(
-        conversation_id=conversation_id,
-        run_id=run_id,
-        assistant_message_id=assistant_message_id,
-        tool_call_id=tool_call.id[:200],
+    return _create(
+        tool_call,
         tool=tool,
-        tool_name=name[:200],
-        arguments=audit_text(arguments, tool_name=name, field="arguments"),
-        user=_user(user),
+        user=user,
+        conversation_id=conversation_id,
+        assistant_message_id=assistant_message_id,
+        run_id=run_id,
         status=S.AWAITING_APPROVAL if needs_approval else S.PENDING,
         approval=(
             models.ApprovalDecision.PENDING
@@ -247,7 +271,6 @@ def record_for_worker(
         mode=models.ExecutionMode.CELERY,
         queue=(tool.queue if tool is not None and tool.queue else "") or str(execution["QUEUE"]),
         timeout=timeout,
-        idempotent=bool(tool is not None and tool.idempotent),
         payload={
             "arguments": arguments if arguments and not arguments.isspace() else "{}",
             "context": _json_context(tool_context, name),
@@ -265,19 +288,15 @@ def record_started(
     run_id: Any = None,
 ) -> CallRef:
     """Record an in-process call as ``running`` (attempt 1) just before it runs."""
-    name = tool_call.name
-    row = models.ToolExecution.objects.create(
-        conversation_id=conversation_id,
-        run_id=run_id,
-        assistant_message_id=assistant_message_id,
-        tool_call_id=tool_call.id[:200],
+    row = _create(
+        tool_call,
         tool=tool,
-        tool_name=name[:200],
-        arguments=audit_text(tool_call.arguments, tool_name=name, field="arguments"),
-        user=_user(user),
+        user=user,
+        conversation_id=conversation_id,
+        assistant_message_id=assistant_message_id,
+        run_id=run_id,
         status=S.RUNNING,
         attempt=1,
-        idempotent=bool(tool is not None and tool.idempotent),
         started_at=timezone.now(),
     )
     ref = CallRef(row.pk, row.tool_name, row.tool_call_id, run_id, assistant_message_id, 1)
@@ -296,21 +315,17 @@ def record_refused(
     run_id: Any = None,
 ) -> CallRef:
     """Record a call answered without running: an unknown or withdrawn tool, a limit."""
-    name = tool_call.name
     now = timezone.now()
-    row = models.ToolExecution.objects.create(
-        conversation_id=conversation_id,
-        run_id=run_id,
-        assistant_message_id=assistant_message_id,
-        tool_call_id=tool_call.id[:200],
+    row = _create(
+        tool_call,
         tool=tool,
-        tool_name=name[:200],
-        arguments=audit_text(tool_call.arguments, tool_name=name, field="arguments"),
-        user=_user(user),
+        user=user,
+        conversation_id=conversation_id,
+        assistant_message_id=assistant_message_id,
+        run_id=run_id,
         status=S.REFUSED,
-        result=audit_text(text, tool_name=name, field="result"),
+        result=audit_text(text, tool_name=tool_call.name, field="result"),
         is_error=True,
-        idempotent=bool(tool is not None and tool.idempotent),
         started_at=now,
         finished_at=now,
         duration_ms=0,
