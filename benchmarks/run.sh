@@ -3,8 +3,10 @@
 # requirements plus the peers of benchmarks/requirements.txt. A first argument naming a benchmark
 # runs benchmarks/NAME.py with the rest, e.g. `bash benchmarks/run.sh turn --profile`; without one
 # it runs benchmarks/dispatch.py, e.g. `bash benchmarks/run.sh --json bench.json --profile`.
-# `bash benchmarks/run.sh celery` runs benchmarks/celery.py, which starts its own redis-server
-# and Celery workers (with this venv's Python) and stops them at the end.
+# `bash benchmarks/run.sh celery_calls` runs benchmarks/celery_calls.py, which starts its own
+# redis-server and Celery workers (with this venv's Python) and stops them at the end. No file
+# here is named like an installed package or a standard-library module: run as a script, a
+# benchmark's directory comes first on sys.path, where such a file would shadow it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +27,12 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$wanted" ]; then
 fi
 
 BENCH=dispatch
-if [ $# -gt 0 ] && [[ "$1" =~ ^[a-z_][a-z0-9_]*$ ]] && [ -f "benchmarks/$1.py" ]; then
+if [ $# -gt 0 ] && [[ "$1" =~ ^[a-z_][a-z0-9_]*$ ]]; then
+    if [ ! -f "benchmarks/$1.py" ] || [[ "$1" == _* ]] || [ "$1" = sse_django_app ]; then
+        names=$(cd benchmarks && ls [a-z]*.py | grep -v '^sse_django_app.py$' | sed 's/\.py$//' | tr '\n' ' ')
+        echo "run.sh: no benchmark named '$1'; the benchmarks are: $names" >&2
+        exit 2
+    fi
     BENCH=$1
     shift
 fi

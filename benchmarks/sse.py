@@ -12,10 +12,10 @@ project with ``uvicorn`` in two ways:
    ``tool_calling.asgi.get_asgi_application()`` (the project's) and with Django's own
    ``get_asgi_application()``.
 2. Latency: with one stream open, then ``--listeners`` streams open on the same run, this
-   process appends ``--events`` events to the run (``tool_calling.runs._event``, as a step
-   does), one every 50 ms; each client notes when each event arrives. With the server subscribed
-   to Redis (the step's announcement wakes the streams), and with Redis unreachable for the
-   server (it reads the database every second).
+   process appends ``--events`` events to the run (``tool_calling.runs.events.append``, as a
+   step does), one every 50 ms; each client notes when each event arrives. With the server
+   subscribed to Redis (the step's announcement wakes the streams), and with Redis unreachable
+   for the server (it reads the database every second).
 
     bash benchmarks/run.sh sse [--streams 100] [--listeners 20] [--events 60] [--strict]
 
@@ -40,11 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-# Run as a script, this file's directory is sys.path[0], where benchmarks/celery.py would shadow
-# the celery package.
-_HERE = Path(__file__).resolve().parent
-ROOT = _HERE.parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -157,7 +153,7 @@ def listen(sock: socket.socket, arrivals: dict[int, float], stop: threading.Even
 def measure_latency(
     port: int, path: str, token: str, run_id: object, listeners: int, events: int
 ) -> list[float]:
-    from tool_calling import runs
+    from tool_calling.runs import events as run_events
 
     sockets = [open_stream(port, path, token) for _ in range(listeners)]
     stop = threading.Event()
@@ -171,7 +167,7 @@ def measure_latency(
     sent: dict[int, float] = {}
     for n in range(events):
         sent[n] = time.time()
-        runs._event(run_id, "bench", {"n": n})  # type: ignore[arg-type]
+        run_events.append(run_id, "bench", {"n": n})  # type: ignore[arg-type]
         time.sleep(0.05)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(len(seen) < events for seen in arrivals):
