@@ -35,11 +35,11 @@ from tool_calling.core.chat.memory import ChatMemoryRepository, MessageWindowCha
 from tool_calling.core.chat.messages import AssistantMessage, Message
 from tool_calling.exceptions import ToolCallingError
 from tool_calling.repositories import (
-    MESSAGE_FIELDS,
     DjangoChatMemoryRepository,
     conversation_pk,
-    message_from_values,
+    message_from_columns,
     message_to_fields,
+    stored_messages,
 )
 
 __all__ = [
@@ -222,13 +222,12 @@ class TurnLog(ChatMemoryRepository):
 
     def _load(self, limit: int | None) -> list[tuple[int, int, Message]]:
         rows = models.Message.objects.filter(conversation_id=self.conversation_id)
-        values = ("pk", "sequence", *MESSAGE_FIELDS)
         if limit:
-            latest = list(rows.order_by("-sequence").values_list(*values)[:limit])
+            latest = list(stored_messages(rows.order_by("-sequence"), "pk", "sequence")[:limit])
             latest.reverse()
         else:
-            latest = list(rows.order_by("sequence").values_list(*values))
-        loaded = [(pk, sequence, message_from_values(*rest)) for pk, sequence, *rest in latest]
+            latest = list(stored_messages(rows.order_by("sequence"), "pk", "sequence"))
+        loaded = [(pk, sequence, message_from_columns(*rest)) for pk, sequence, *rest in latest]
         self._rows = loaded
         self._loaded = limit or 0
         self._complete = not limit or len(loaded) < limit

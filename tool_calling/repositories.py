@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from tool_calling import models
@@ -26,8 +28,10 @@ __all__ = [
     "MESSAGE_FIELDS",
     "DjangoChatMemoryRepository",
     "conversation_pk",
+    "message_from_columns",
     "message_from_row",
     "message_from_values",
+    "stored_messages",
     "message_to_fields",
 ]
 
@@ -102,6 +106,41 @@ def message_from_values(
     if role == models.MessageRole.SYSTEM:
         return SystemMessage(text or "")
     return UserMessage(text or "")
+
+
+def stored_messages(rows: QuerySet[models.Message], *fields: str) -> QuerySet[Any]:
+    """``rows`` as tuples of ``fields``, then the message's columns, JSON left as its text.
+
+    Decoding every JSON column of a window costs more than the query does; most messages need
+    none of them (a user's text) or one (an assistant's calls), so :func:`message_from_columns`
+    decodes only those.
+    """
+    return rows.annotate(
+        _calls=Cast("tool_calls", TextField()),
+        _responses=Cast("tool_responses", TextField()),
+        _metadata=Cast("metadata", TextField()),
+    ).values_list(*fields, "role", "text", "_calls", "_responses", "_metadata")
+
+
+def _json(text: str | None, empty: Any) -> Any:
+    if not text or text in ("[]", "{}"):
+        return empty
+    return json.loads(text)
+
+
+def message_from_columns(
+    role: str,
+    text: str | None,
+    tool_calls: str | None,
+    tool_responses: str | None,
+    metadata: str | None,
+) -> Message:
+    """The chat message of the columns :func:`stored_messages` returns (JSON as text)."""
+    if role == models.MessageRole.ASSISTANT:
+        return message_from_values(role, text, _json(tool_calls, []), [], _json(metadata, {}))
+    if role == models.MessageRole.TOOL:
+        return message_from_values(role, text, [], _json(tool_responses, []), _json(metadata, {}))
+    return message_from_values(role, text, [], [], {})
 
 
 def conversation_pk(conversation_id: str | uuid.UUID) -> uuid.UUID:
