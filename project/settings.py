@@ -233,6 +233,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_TASK_ACKS_ON_FAILURE = True
 CELERY_TASK_ACKS_ON_TIMEOUT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes the database connections before and after every task unless this
+# is set: a tool call would open (and on PostgreSQL authenticate) a connection each time. With
+# it, a worker process keeps its connections for this many tasks; tool_calling's task bodies
+# still drop a connection that failed (close_old_connections), as Django does per request.
+CELERY_DB_REUSE_MAX = 1000
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = 30
 CELERY_TASK_SOFT_TIME_LIMIT = 55

@@ -41,6 +41,9 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": _DB,
         "TEST": {"NAME": _DB},
+        # As project/settings.py: a worker keeps its connection between tasks.
+        "CONN_MAX_AGE": 600,
+        "CONN_HEALTH_CHECKS": True,
         "OPTIONS": {
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",

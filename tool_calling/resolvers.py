@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, QuerySet, Value
+from django.db.models import (
+    BooleanField,
+    Exists,
+    ExpressionWrapper,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Value,
+)
 
 from tool_calling import models
 from tool_calling.core.execution.limits import ToolCallLimits
@@ -19,6 +28,7 @@ __all__ = [
     "DatabaseToolCallbackResolver",
     "GovernedTools",
     "approval_required",
+    "approval_required_of_call",
     "effective_limits",
     "is_available_to",
 ]
@@ -56,6 +66,26 @@ def approval_required(name: str, user: Any = None) -> bool | None:
     tools = models.Tool.objects.filter(_usable(user), name=name, enabled=True, missing=False)
     found = list(tools.values_list("requires_approval", flat=True)[:1])
     return None if not found else bool(found[0])
+
+
+def approval_required_of_call() -> Subquery:
+    """:func:`approval_required` as a subquery of a ``ToolExecution`` query, for its own user.
+
+    ``ToolExecution.objects.annotate(needs_approval=approval_required_of_call())`` reads the
+    re-check with the call itself (one query): ``None`` when the call's user may not use its
+    tool now, else whether the tool requires approval. The same rules as
+    :func:`approval_required` (a deleted user counts as anonymous).
+    """
+    through = models.Tool.allowed_groups.through
+    user = OuterRef(OuterRef("user_id"))
+    restricted = Exists(through.objects.filter(tool_id=OuterRef("pk")))
+    member = Exists(through.objects.filter(tool_id=OuterRef("pk"), group__user=user))
+    superuser = Exists(get_user_model().objects.filter(pk=user, is_superuser=True))
+    usable = ExpressionWrapper(~restricted | member | superuser, BooleanField())
+    tools = models.Tool.objects.filter(
+        usable, name=OuterRef("tool_name"), enabled=True, missing=False
+    ).values("requires_approval")[:1]
+    return Subquery(tools, output_field=BooleanField())
 
 
 def is_available_to(name: str, user: Any = None) -> bool:

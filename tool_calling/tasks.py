@@ -20,6 +20,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without Celery i
         "tool_calling.tasks needs Celery to run tool calls on workers: pip install 'celery[redis]'"
     ) from exc
 
+from django.db import close_old_connections
+
 from tool_calling.calls import sweeper, worker
 from tool_calling.calls.dispatch import EXECUTE_TOOL_CALL, RUN_STEP
 from tool_calling.runs import steps
@@ -87,6 +89,9 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
     Acknowledged late and requeued when its worker process dies: the claim, not the broker,
     decides whether the tool may run again (idempotent tools only).
     """
+    # What Django does per request: drop a connection that failed or outlived CONN_MAX_AGE (a
+    # worker keeps its connections between tasks with CELERY_DB_REUSE_MAX).
+    close_old_connections()
     request = self.request
     worker.execute(
         tool_execution_id,
@@ -103,6 +108,7 @@ def run_step(run_id: str) -> None:
     A redelivered step finds the run's lease held (does nothing) or expired (takes over and
     continues from the database).
     """
+    close_old_connections()
     steps.advance_run(run_id)
 
 

@@ -169,9 +169,8 @@ def test_a_celery_tool_call_on_the_worker_side(alice):
     with statements() as worker_side:
         tasks.execute_tool_call(future.ref.execution_id)
     assert worker_side == [
-        ("SELECT", "toolexecution"),  # the call and its user, read once
+        ("SELECT", "toolexecution"),  # the call, with the re-check of its tool at call time (S2)
         ("UPDATE", "toolexecution"),  # the claim of attempt 1
-        ("SELECT", "tool"),  # the re-check at call time (S2)
         ("UPDATE", "toolexecution"),  # the outcome, fenced by the attempt
     ]
 

@@ -782,3 +782,26 @@ def test_the_admin_shows_where_a_call_ran_and_never_its_working_data(admin_clien
         assert shown in content
     assert SENTINEL not in content
     assert admin_client.get(changelist, {"status__exact": "unknown"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("who", "runs"),
+    [("member", True), ("outsider", False), ("superuser", True), ("anonymous", False)],
+)
+def test_s2_the_worker_rechecks_the_tools_groups_for_the_calls_user(who, runs):
+    """The worker's re-check (read with the call, in SQL) applies the snapshot's group rules."""
+    from django.contrib.auth.models import Group
+
+    group = Group.objects.create(name="payments")
+    models.Tool.objects.get(name="counted").allowed_groups.add(group)
+    users = {
+        "member": User.objects.create_user("member"),
+        "outsider": User.objects.create_user("outsider"),
+        "superuser": User.objects.create_superuser("root"),
+        "anonymous": None,
+    }
+    users["member"].groups.add(group)
+    call = new_call(user=users[who])
+    tasks.execute_tool_call(call.pk)
+    row = reload(call)
+    assert (row.status, RAN) == (("succeeded", [("counted", "a")]) if runs else ("refused", []))

@@ -100,6 +100,9 @@ class _ExecutionFuture(Future[ToolOutcome]):
         self.ref = ref
         self.wait_seconds = wait
         self.deadline = time.monotonic() + wait
+        listener = _notify.listener()
+        self.notified = listener.count if listener is not None else None
+        """The notifications counted when the call was sent (None: no Redis to tell)."""
 
     def result(self, timeout: float | None = None) -> ToolOutcome:
         """Wait for the call (at most ``timeout`` seconds more) and return its outcome."""
@@ -129,12 +132,18 @@ class _Waiter:
         limit = None if timeout is None else time.monotonic() + timeout
         pause = _POLL_FIRST
         wakeups = _notify.listener()
+        seen = future.notified or 0
+        # Told of every call's end, a caller reads the rows only once something ended (or a
+        # pause passed without word: a lost notification costs one pause, never the result).
+        skip = wakeups is not None and future.notified is not None and wakeups.count == seen
         with self._lock:
             while not future.done():
-                seen = wakeups.count if wakeups is not None else 0
-                self._poll()
-                if future.done():
-                    return
+                if not skip:
+                    seen = wakeups.count if wakeups is not None else 0
+                    self._poll()
+                    if future.done():
+                        return
+                skip = False
                 now = time.monotonic()
                 if now >= future.deadline:
                     self._give_up(future)

@@ -25,6 +25,7 @@ from tool_calling.conf import settings as app_settings
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.registry import registry
+from tool_calling.resolvers import approval_required_of_call
 
 __all__ = [
     "claim",
@@ -68,7 +69,12 @@ def _claim(
 ) -> tuple[lifecycle.CallRef, models.ToolExecution] | None:
     """:func:`claim`, with the row as read for the claim (what the call runs with)."""
     for _ in range(3):  # read again when another claimant changed the row in between
-        row = models.ToolExecution.objects.select_related("user").filter(pk=execution_id).first()
+        # The call, with the re-check of its tool for its user at call time (S2), in one query.
+        row = (
+            models.ToolExecution.objects.annotate(needs_approval=approval_required_of_call())
+            .filter(pk=execution_id)
+            .first()
+        )
         if row is None:
             logger.warning("Tool call %s does not exist (deleted?); nothing to run", execution_id)
             return None
@@ -130,10 +136,11 @@ def _run(
     context = ToolContext(payload.get("context") or {})
     result = run_governed_call(
         name,
-        row.user,
+        row.user_id,
         lambda: callback.call(arguments, context),
         # Bound to the exact arguments approved: changed since, the call is refused.
         approved=approved_as_recorded(row),
+        rechecked=(getattr(row, "needs_approval", None),),
     )
     cause = result.outcome.cause
     if is_soft_timeout is not None and isinstance(cause, is_soft_timeout):
