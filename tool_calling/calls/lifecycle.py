@@ -197,6 +197,17 @@ def _user(user: Any) -> Any:
     return user if getattr(user, "is_authenticated", False) else None
 
 
+def _audited_values(value: Any, tool_name: str) -> Any:
+    """Augmented values as the audit keeps them: each text redacted and capped like arguments."""
+    if isinstance(value, str):
+        return audit_text(value, tool_name=tool_name, field="arguments")
+    if isinstance(value, Mapping):
+        return {str(k): _audited_values(v, tool_name) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_audited_values(v, tool_name) for v in value]
+    return value
+
+
 def record_for_worker(
     tool_call: ToolCall,
     tool_context: Mapping[str, Any],
@@ -207,13 +218,15 @@ def record_for_worker(
     assistant_message_id: int | None = None,
     run_id: Any = None,
     needs_approval: bool = False,
+    augmented: Mapping[str, Any] | None = None,
 ) -> models.ToolExecution:
     """Record a call for a Celery worker: ``pending`` (or ``awaiting_approval``), with its data.
 
     The row holds the exact arguments and tool context the worker runs with (``payload``); the
     caller sends it with ``calls.dispatch.dispatch_on_commit``. A call that needs approval
     waits until a person approves it (``calls.approvals``), or expires after
-    ``APPROVALS["EXPIRE_AFTER"]`` seconds.
+    ``APPROVALS["EXPIRE_AFTER"]`` seconds. ``tool_call`` carries the tool's own arguments;
+    ``augmented`` the values argument augmentation split from them (``augmentation``).
 
     Raises:
         ToolCallingError: the tool context is not JSON.
@@ -234,6 +247,7 @@ def record_for_worker(
         tool=tool,
         tool_name=name[:200],
         arguments=audit_text(arguments, tool_name=name, field="arguments"),
+        augmented_arguments=_audited_values(augmented or {}, name),
         user=_user(user),
         status=S.AWAITING_APPROVAL if needs_approval else S.PENDING,
         approval=(
@@ -263,8 +277,12 @@ def record_started(
     conversation_id: Any = None,
     assistant_message_id: int | None = None,
     run_id: Any = None,
+    augmented: Mapping[str, Any] | None = None,
 ) -> CallRef:
-    """Record an in-process call as ``running`` (attempt 1) just before it runs."""
+    """Record an in-process call as ``running`` (attempt 1) just before it runs.
+
+    ``augmented``: the values argument augmentation split from the call's arguments.
+    """
     name = tool_call.name
     row = models.ToolExecution.objects.create(
         conversation_id=conversation_id,
@@ -274,6 +292,7 @@ def record_started(
         tool=tool,
         tool_name=name[:200],
         arguments=audit_text(tool_call.arguments, tool_name=name, field="arguments"),
+        augmented_arguments=_audited_values(augmented or {}, name),
         user=_user(user),
         status=S.RUNNING,
         attempt=1,
