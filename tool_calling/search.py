@@ -17,6 +17,8 @@ import functools
 import json
 import logging
 import re
+import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -63,7 +65,18 @@ class DatabaseDiscoveryStore(DiscoveryStore):
     ``INSERT ... ON CONFLICT (conversation, name) DO UPDATE``, so two searches of the same
     conversation at once (two threads, two workers) never conflict and a tool found again
     moves to the end. A conversation holds at most one row per tool.
+
+    Args:
+        remember: Read each conversation once, then serve it from what this store read and
+            added. For a store that lives one turn, which holds its conversation (nobody else
+            adds to its finds meanwhile): governed turns and each step of a durable run.
     """
+
+    def __init__(self, *, remember: bool = False) -> None:
+        self.remember = remember
+        """Whether each conversation is read once, then kept."""
+        self._known: dict[uuid.UUID, dict[str, None]] = {}
+        self._lock = threading.Lock()
 
     def get(self, conversation_id: str) -> list[str]:
         """The names ``conversation_id`` found, oldest first.
@@ -72,25 +85,34 @@ class DatabaseDiscoveryStore(DiscoveryStore):
             ValueError: ``conversation_id`` is not a stored conversation's UUID.
         """
         pk = conversation_pk(conversation_id)
-        return list(
+        if self.remember:
+            with self._lock:
+                known = self._known.get(pk)
+                if known is not None:
+                    return list(known)
+        names = list(
             models.DiscoveredTool.objects.filter(conversation_id=pk)
             .order_by("found_at", "pk")
             .values_list("name", flat=True)
         )
+        if self.remember:
+            with self._lock:
+                self._known.setdefault(pk, dict.fromkeys(names))
+        return names
 
     def add(self, conversation_id: str, names: Sequence[str]) -> None:
-        """Record ``names`` (best first, as the search ranked them) as the newest finds."""
+        """Record ``names`` as the newest finds; a name found again moves to the end."""
         pk = conversation_pk(conversation_id)
         unique = list(dict.fromkeys(names))
         if not unique:
             return
         now = timezone.now()
-        # The best find is the newest: when max_discovered cuts, it is kept longest.
+        # In the given order, as InMemoryDiscoveryStore keeps them.
         rows = [
             models.DiscoveredTool(
                 conversation_id=pk,
                 name=name[:200],
-                found_at=now + datetime.timedelta(microseconds=len(unique) - position),
+                found_at=now + datetime.timedelta(microseconds=position),
             )
             for position, name in enumerate(unique)
         ]
@@ -110,12 +132,21 @@ class DatabaseDiscoveryStore(DiscoveryStore):
                 pk,
                 ", ".join(unique),
             )
+            return
+        if self.remember:
+            with self._lock:
+                known = self._known.get(pk)
+                if known is not None:
+                    for name in unique:
+                        known.pop(name, None)
+                        known[name] = None
 
     def clear(self, conversation_id: str) -> None:
         """Forget what ``conversation_id`` found."""
-        models.DiscoveredTool.objects.filter(
-            conversation_id=conversation_pk(conversation_id)
-        ).delete()
+        pk = conversation_pk(conversation_id)
+        models.DiscoveredTool.objects.filter(conversation_id=pk).delete()
+        with self._lock:
+            self._known.pop(pk, None)
 
 
 def discovered_tools(conversation: models.Conversation) -> list[str]:
@@ -274,7 +305,8 @@ def search_advisor(
         always_include=[name for name, row in rows.items() if row.always_include],
         tool_calling_manager=manager,
         conversation_history_enabled=conversation_history_enabled,
-        discoveries=DatabaseDiscoveryStore(),
+        # One store per turn, which holds its conversation: read once, then kept.
+        discoveries=DatabaseDiscoveryStore(remember=True),
         search_threshold=config["THRESHOLD"],
         tags={name: row.search_tag_list for name, row in rows.items() if row.search_tags},
     )
