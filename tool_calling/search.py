@@ -159,36 +159,43 @@ def discovered_tools(conversation: models.Conversation) -> list[str]:
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD = re.compile(r"[^\W_]+")
 
-_SEARCH_SQL = r"""
-SELECT t.name
+_DOCUMENTS_SQL = r"""
+SELECT t.name, (
+    setweight(to_tsvector(%(config)s::regconfig, regexp_replace(
+        regexp_replace(t.name, '([a-z0-9])([A-Z])', '\1 \2', 'g'),
+        '[^[:alnum:]]+', ' ', 'g')), 'A')
+    || setweight(to_tsvector(%(config)s::regconfig,
+        coalesce(%(tags)s::jsonb ->> t.name, '')), 'B')
+    || setweight(to_tsvector(%(config)s::regconfig, t.description), 'C')
+    || setweight(jsonb_to_tsvector(%(config)s::regconfig, t.input_schema, '["string"]'), 'D')
+)::text
 FROM {table} t
+WHERE t.name = ANY(%(names)s)
+"""
+"""Each indexed tool's document, built once per tool set from its ``Tool`` row."""
+
+_SEARCH_SQL = r"""
+SELECT d.name
+FROM unnest(%(names)s::text[], %(documents)s::tsvector[])
+    WITH ORDINALITY AS d(name, document, position)
 CROSS JOIN to_tsquery(%(config)s::regconfig, %(query)s) q
-CROSS JOIN LATERAL (
-    SELECT
-        setweight(to_tsvector(%(config)s::regconfig, regexp_replace(
-            regexp_replace(t.name, '([a-z0-9])([A-Z])', '\1 \2', 'g'),
-            '[^[:alnum:]]+', ' ', 'g')), 'A')
-        || setweight(to_tsvector(%(config)s::regconfig,
-            coalesce(%(tags)s::jsonb ->> t.name, '')), 'B')
-        || setweight(to_tsvector(%(config)s::regconfig, t.description), 'C')
-        || setweight(jsonb_to_tsvector(%(config)s::regconfig, t.input_schema, '["string"]'),
-            'D') AS document
-) d
-WHERE t.name = ANY(%(names)s) AND (d.document @@ q OR t.name = %(exact)s)
-ORDER BY t.name = %(exact)s DESC, ts_rank(d.document, q) DESC, array_position(%(names)s, t.name)
+WHERE d.document @@ q OR d.name = %(exact)s
+ORDER BY d.name = %(exact)s DESC, ts_rank(d.document, q) DESC, d.position
 LIMIT %(limit)s
 """
+"""One search: the query ranked against the documents (sent with it, nothing is written)."""
 
 
 class PostgresToolIndex(ToolIndex):
     """PostgreSQL full-text search over the ``Tool`` rows of the tools it indexed.
 
-    Each search is one query: the rows of the indexed names only (a search never finds a tool
-    the turn does not offer), ranked by ``ts_rank`` with the name first (split at ``_``,
-    ``.``, ``-`` and camelCase), then the tags given to :meth:`index`, the description, then
-    the parameters' texts; a query that is exactly a tool name finds that tool first. The
-    query's words are OR-ed and stemmed by the text search configuration. Tools without a
-    ``Tool`` row (not synced) are never found.
+    :meth:`index` builds each tool's ``tsvector`` from its ``Tool`` row in one query: the name
+    (split at ``_``, ``.``, ``-`` and camelCase) weighs most, then the tags given to it, the
+    description, then the parameters' texts. Each search is one query that ranks those
+    documents with ``ts_rank`` (the query's words OR-ed and stemmed by the text search
+    configuration); a query that is exactly a tool name finds that tool first. Only the indexed
+    tools can be found (a search never finds a tool the turn does not offer), and tools without
+    a ``Tool`` row (not synced) are never found.
 
     Args:
         config: The text search configuration (``english``, ``simple``, ``german``...).
@@ -201,30 +208,39 @@ class PostgresToolIndex(ToolIndex):
         self.using = using
         """The database alias."""
         self._names: list[str] = []
-        self._tags = "{}"
+        self._documents: list[str] = []
 
     def index(self, definitions: Sequence[ToolDefinition], *, tags: Tags | None = None) -> None:
-        """Remember the tools to search (their texts are the database's).
+        """Build the documents of ``definitions`` from their ``Tool`` rows (one query).
 
         Raises:
             ValueError: two definitions share a name.
             ImproperlyConfigured: the database is not PostgreSQL.
         """
         check_unique(definitions)
-        vendor = connections[self.using].vendor
-        if vendor != "postgresql":
+        connection = connections[self.using]
+        if connection.vendor != "postgresql":
             raise ImproperlyConfigured(
                 f"PostgresToolIndex searches with PostgreSQL's full-text search, but the "
-                f"database {self.using!r} is {vendor}. Set TOOL_CALLING['TOOL_SEARCH']['INDEX'] "
-                "to another index, e.g. the default "
+                f"database {self.using!r} is {connection.vendor}. Set "
+                "TOOL_CALLING['TOOL_SEARCH']['INDEX'] to another index, e.g. the default "
                 "'tool_calling.core.search.lexical.LexicalToolIndex'."
             )
         names = [d.name for d in definitions]
         known = set(names)
-        self._names = names
-        self._tags = json.dumps(
-            {name: " ".join(words) for name, words in (tags or {}).items() if name in known}
-        )
+        words = {name: " ".join(w) for name, w in (tags or {}).items() if name in known}
+        table = connection.ops.quote_name(models.Tool._meta.db_table)
+        parameters: dict[str, Any] = {
+            "config": self.config,
+            "tags": json.dumps(words),
+            "names": names,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(_DOCUMENTS_SQL.format(table=table), parameters)
+            documents = dict(cursor.fetchall())
+        # In the order given: ties rank in that order.
+        self._names = [name for name in names if name in documents]
+        self._documents = [documents[name] for name in self._names]
 
     def search(self, query: str, max_results: int = 5) -> list[str]:
         """The best-ranked tool names for ``query``; see :class:`ToolIndex`."""
@@ -232,24 +248,23 @@ class PostgresToolIndex(ToolIndex):
         words = _WORD.findall(_CAMEL.sub(r"\1 \2", query))
         if not self._names or not words:
             return []
-        table = connections[self.using].ops.quote_name(models.Tool._meta.db_table)
         parameters: dict[str, Any] = {
             "config": self.config,
             # Letters and digits only: nothing in it is tsquery syntax.
             "query": " | ".join(words),
-            "tags": self._tags,
             "names": self._names,
+            "documents": self._documents,
             "exact": query.strip(),
             "limit": max_results,
         }
         with connections[self.using].cursor() as cursor:
-            cursor.execute(_SEARCH_SQL.format(table=table), parameters)
+            cursor.execute(_SEARCH_SQL, parameters)
             return [row[0] for row in cursor.fetchall()]
 
     def clear(self) -> None:
         """Forget the indexed tools."""
         self._names = []
-        self._tags = "{}"
+        self._documents = []
 
     def __repr__(self) -> str:
         return f"<PostgresToolIndex: {len(self._names)} tools, {self.config!r}>"
