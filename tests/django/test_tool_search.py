@@ -133,6 +133,17 @@ def test_with_tool_search_the_model_finds_a_tool_then_calls_it(alice):
     assert "ts_weather" in discovered_tools(conversation)
 
 
+def test_without_a_conversation_finds_last_the_turn_and_nothing_is_stored(alice):
+    model = ScriptedChatModel([*search_then_call("weather", "ts_weather", city="Oslo"), text("A")])
+    with override_settings(TOOL_CALLING=searching()):
+        client = governed_chat_client(user=alice, model=model, tool_names=NAMES)
+        assert client.prompt("Weather?").call().content() == "A"
+    assert RAN == ["weather Oslo"]
+    assert not models.DiscoveredTool.objects.exists()
+    # History is on without a stored conversation: the second call saw the whole turn.
+    assert len(model.requests[1].messages) == 3
+
+
 def test_the_search_call_is_audited_and_runs_in_process(alice):
     conversation = models.Conversation.objects.create(owner=alice)
     model = ScriptedChatModel([*search_then_call("weather", "ts_weather", city="Oslo"), text("ok")])
