@@ -89,3 +89,14 @@ LOGGING = {
     **LOGGING,
     "loggers": {"tool_calling": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }
+
+# The worker that tests/celery/test_tool_search_on_workers.py starts runs durable turns with tool
+# search on, from a queue of its own (no other worker consumes it, so every step of those runs
+# is its); the test process sets the same keys with override_settings.
+SEARCH_QUEUE = os.environ.get("TC_CELERY_SEARCH_QUEUE")
+if SEARCH_QUEUE:
+    TOOL_CALLING = {
+        **TOOL_CALLING,
+        "EXECUTION": {**TOOL_CALLING["EXECUTION"], "QUEUE": SEARCH_QUEUE},
+        "TOOL_SEARCH": {"ENABLED": True, "THRESHOLD": 0},
+    }

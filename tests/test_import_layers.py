@@ -4,7 +4,7 @@ The Django glue is layered::
 
     entry points (api/, admin/, management/, contrib/, asgi)
       -> tasks -> runs/ -> governance -> calls/
-      -> conversations -> resolvers, repositories, audit -> models
+      -> conversations, search, augmentation -> resolvers, repositories, audit -> models
       -> conf, signals, registry, _notify, _lease -> exceptions -> core/
 
 A module imports only its own layer or lower ones, no import runs in a circle, and no import of
@@ -40,6 +40,8 @@ LAYERS = [
     ("tool_calling.resolvers", 4),
     ("tool_calling.sync", 4),
     ("tool_calling.conversations", 5),
+    ("tool_calling.search", 5),
+    ("tool_calling.augmentation", 5),
     ("tool_calling.calls", 6),
     ("tool_calling.calls.lifecycle", 6.0),
     ("tool_calling.calls.dispatch", 6.1),

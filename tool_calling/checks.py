@@ -24,6 +24,13 @@ tool_calling.E011   ``EXECUTION["QUEUE"]`` is not a non-empty string.
 tool_calling.E012   ``EXECUTION["MODE"]`` is ``"celery"`` and ``CELERY_ACCEPT_CONTENT`` lets workers
                     deserialize pickle or YAML: a message pushed into the queue could run code
                     (S20).
+tool_calling.E013   ``TOOL_SEARCH``: ``MAX_RESULTS`` not an integer from 1 to 10, ``THRESHOLD``
+                    not an integer >= 0, or ``INDEX`` not a ``ToolIndex`` class (or a function
+                    returning one).
+tool_calling.E014   ``TOOL_SEARCH["INDEX"]`` is ``PostgresToolIndex`` but the default database is
+                    not PostgreSQL.
+tool_calling.E015   ``ARGUMENT_AUGMENTATION["TYPE"]`` is not an object type with fields (a
+                    pydantic model, dataclass or TypedDict).
 =================== =======================================================================
 """
 
@@ -40,6 +47,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils.module_loading import import_string
 
 from tool_calling.conf import (
@@ -49,8 +57,12 @@ from tool_calling.conf import (
     broker_visibility_timeout,
     settings,
 )
+from tool_calling.core.augment import AugmentedToolCallbackProvider
+from tool_calling.core.chat.advisors.tool_search import MAX_SEARCH_RESULTS
+from tool_calling.core.errors import ToolDefinitionError
 from tool_calling.core.execution.exception_processor import ToolExecutionExceptionProcessor
 from tool_calling.core.execution.limits import ToolCallLimitBehavior
+from tool_calling.core.search.base import ToolIndex
 
 __all__ = ["TAG", "check_settings"]
 
@@ -92,6 +104,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _check_import_strings(values)
     errors += _check_execution(values["EXECUTION"])
     errors += _check_visibility_timeout(values["EXECUTION"])
+    errors += _check_tool_search(values["TOOL_SEARCH"])
+    errors += _check_augmentation(values["ARGUMENT_AUGMENTATION"])
     return errors
 
 
@@ -478,3 +492,93 @@ def _check_execution_mode(execution: Mapping[str, Any]) -> list[CheckMessage]:
                 )
             )
     return errors
+
+
+POSTGRES_INDEX = "tool_calling.search.PostgresToolIndex"
+"""The dotted path of the index that needs PostgreSQL."""
+
+
+def _imported(value: Any) -> Any:
+    """The object a dotted path names (``None`` if it does not import: E009 says so)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return import_string(value)
+    except Exception:
+        return None
+
+
+def _check_tool_search(search: Mapping[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    max_results = search["MAX_RESULTS"]
+    if not _is_positive_int(max_results) or max_results > MAX_SEARCH_RESULTS:
+        errors.append(
+            Error(
+                f"The value of '{_path('TOOL_SEARCH', 'MAX_RESULTS')}' must be an integer "
+                f"from 1 to {MAX_SEARCH_RESULTS}.",
+                id="tool_calling.E013",
+            )
+        )
+    threshold = search["THRESHOLD"]
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
+        errors.append(
+            Error(
+                f"The value of '{_path('TOOL_SEARCH', 'THRESHOLD')}' must be an integer >= 0 "
+                "(the number of tools up to which every tool is offered without search).",
+                id="tool_calling.E013",
+            )
+        )
+    index = search["INDEX"]
+    if isinstance(index, ToolIndex):
+        return errors
+    dotted = _check_dotted(("TOOL_SEARCH", "INDEX"), index, allow_none=False)
+    if dotted:
+        return errors + dotted
+    found = _imported(index)
+    if isinstance(found, type) and not issubclass(found, ToolIndex):
+        errors.append(
+            Error(
+                f"The value of '{_path('TOOL_SEARCH', 'INDEX')}' must name a ToolIndex class "
+                f"or a function returning a ToolIndex; {found.__qualname__} is not a ToolIndex.",
+                hint="Use 'tool_calling.core.search.lexical.LexicalToolIndex' (the default), "
+                "'tool_calling.core.search.regex.RegexToolIndex' or "
+                f"{POSTGRES_INDEX!r}.",
+                id="tool_calling.E013",
+            )
+        )
+        return errors
+    postgres = _imported(POSTGRES_INDEX)
+    if isinstance(found, type) and postgres is not None and issubclass(found, postgres):
+        vendor = connections[DEFAULT_DB_ALIAS].vendor
+        if vendor != "postgresql":
+            errors.append(
+                Error(
+                    f"The value of '{_path('TOOL_SEARCH', 'INDEX')}' is a PostgresToolIndex, "
+                    f"which needs PostgreSQL, but the default database is {vendor}.",
+                    hint="Use PostgreSQL, or the default index "
+                    "'tool_calling.core.search.lexical.LexicalToolIndex', which works on any "
+                    "database.",
+                    id="tool_calling.E014",
+                )
+            )
+    return errors
+
+
+def _check_augmentation(augmentation: Mapping[str, Any]) -> list[CheckMessage]:
+    kind = augmentation["TYPE"]
+    dotted = _check_dotted(("ARGUMENT_AUGMENTATION", "TYPE"), kind, allow_none=False)
+    if dotted:
+        return dotted
+    try:
+        AugmentedToolCallbackProvider([], _imported(kind), lambda event: None)
+    except ToolDefinitionError as exc:
+        return [
+            Error(
+                f"The value of '{_path('ARGUMENT_AUGMENTATION', 'TYPE')}' cannot be an "
+                f"augmentation: {exc}",
+                hint="Name a pydantic model, a dataclass or a TypedDict, e.g. "
+                "'tool_calling.augmentation.CallReason' (the default).",
+                id="tool_calling.E015",
+            )
+        ]
+    return []

@@ -18,9 +18,10 @@ and reads them as attributes::
     settings.LIMITS["MAX_TOTAL_TOOL_CALLS"]  # 50
     settings.LIMITS["MAX_CALLS_PER_TOOL_DEFAULT"]  # 40, the default: LIMITS was merged
 
-Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``API``, ``APPROVALS``) are
-merged one level deep with their defaults, so overriding one limit keeps the others. Unlike
-Django REST framework, which replaces a dict-valued setting whole. Values one level further
+Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``API``, ``APPROVALS``,
+``TOOL_SEARCH``, ``ARGUMENT_AUGMENTATION``) are merged one level deep with their defaults, so
+overriding one limit keeps the others. Unlike Django REST framework, which replaces a
+dict-valued setting whole. Values one level further
 down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``) are taken as given.
 
 Keys listed in ``IMPORT_STRINGS`` (``AUDIT_REDACTOR``, ``EXCEPTION_PROCESSOR``) take a dotted
@@ -157,6 +158,31 @@ DEFAULTS: dict[str, Any] = {
     # spring.ai.chat.client.tool-calling.enabled: ChatClient adds a ToolCallingAdvisor to a
     # request that has none.
     "TOOL_CALLING_ADVISOR_AUTO_REGISTER": True,
+    # --- Tool search (tool_calling.search) ---------------------------------------------------
+    "TOOL_SEARCH": {
+        # Offer the model a tool_search tool (and the tools marked "always include") instead of
+        # every tool definition, in governed turns with more than THRESHOLD tools; what the
+        # searches find is offered from then on and stored per conversation.
+        "ENABLED": False,
+        # Dotted path of the ToolIndex class (or a function making one) that searches:
+        # LexicalToolIndex (BM25, in process), RegexToolIndex (the model sends a pattern),
+        # "tool_calling.search.PostgresToolIndex" (PostgreSQL full-text search).
+        "INDEX": "tool_calling.core.search.lexical.LexicalToolIndex",
+        # Tools one search returns when the model does not say how many (1-10).
+        "MAX_RESULTS": 5,
+        # A turn with at most this many tools offers them all directly, without search.
+        "THRESHOLD": 20,
+    },
+    # --- Argument augmentation (tool_calling.augmentation) ----------------------------------
+    "ARGUMENT_AUGMENTATION": {
+        # Ask the model, on every call of every tool, for the fields of TYPE (why it calls the
+        # tool); stored with the call, removed before the tool runs. A tool's own "ask why it
+        # is called" in the admin wins.
+        "ENABLED": False,
+        # Dotted path of the pydantic model (or dataclass, TypedDict) whose fields the model
+        # fills in: by default a one-sentence reason and a confidence (low, medium, high).
+        "TYPE": "tool_calling.augmentation.CallReason",
+    },
     # --- Governance and audit ---------------------------------------------------------------
     # Seconds a turn may hold its conversation: a second message to the same conversation is
     # refused (ConversationBusyError) until the first turn ends, or until this long after it

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,22 +21,27 @@ from django.db import close_old_connections, connections
 from django.utils.module_loading import import_string
 
 from tool_calling import models
+from tool_calling.augmentation import augmented, split_call
 from tool_calling.calls import lifecycle
 from tool_calling.calls.executors import CeleryToolExecutor, RoutingToolCallExecutor, execution_mode
 from tool_calling.calls.running import run_governed_call
 from tool_calling.conf import settings as app_settings
 from tool_calling.conversations import ConversationTurnAdvisor, TurnLog, memory_advisor
 from tool_calling.core._settings import core_settings
+from tool_calling.core.augment import AugmentedToolCallback
+from tool_calling.core.chat.advisors.tool_search import ToolSearchToolCallingAdvisor
 from tool_calling.core.chat.client import ChatClient, ChatClientBuilder
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.chat.model import ChatModel
+from tool_calling.core.errors import ToolArgumentsError
 from tool_calling.core.execution.exception_processor import ToolExecutionExceptionProcessor
 from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolCallExecutor
-from tool_calling.core.execution.plan import ToolCallPlan, ToolOutcomeKind
+from tool_calling.core.execution.plan import ToolCallPlan, ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.registry import ToolRegistry
 from tool_calling.resolvers import DatabaseToolCallbackResolver, GovernedTools
+from tool_calling.search import is_search_call, search_advisor
 
 __all__ = [
     "GovernedToolCallingManager",
@@ -43,6 +50,7 @@ __all__ = [
     "exception_processor",
     "governed_chat_client",
     "governed_turn",
+    "run_search_call",
 ]
 
 
@@ -59,6 +67,11 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
     workers and are waited for, the others run in-process meanwhile. A batch of in-process calls
     only runs exactly as ``DefaultToolCallingManager`` runs it. An ``executor`` given
     explicitly runs every call.
+
+    The ``tool_search`` tool of a turn with tool search has no ``Tool`` row: it always runs in
+    this process (it searches the turn's tools) and is audited like any call. An augmented
+    tool (``augmentation``) runs with its own arguments; the values split from them are
+    stored on its ``ToolExecution``.
 
     Args:
         governed: The turn's snapshot of the tools the user may use.
@@ -99,8 +112,10 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         if self.executor is not None:
             return self.executor
         rows = self.governed.rows
+        # Only tools with a row can run on workers; tool_search, which has none, never does.
         if not any(
-            execution_mode(rows.get(job.call.name)) == models.ExecutionMode.CELERY
+            job.call.name in rows
+            and execution_mode(rows[job.call.name]) == models.ExecutionMode.CELERY
             for job in plan.jobs
         ):
             return None
@@ -110,8 +125,9 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             tools=rows,
             assistant_message_id=self.assistant_message_id,
         )
-        router: ToolCallExecutor = RoutingToolCallExecutor(self.call_tool, celery, rows)
-        return router
+        router = RoutingToolCallExecutor(self.call_tool, celery, rows)
+        executor: ToolCallExecutor = _SearchInProcess(router, self.call_tool)
+        return executor
 
     def _row(self, name: str) -> models.Tool | None:
         row = self.governed.rows.get(name)
@@ -147,26 +163,44 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
                 close_old_connections()
                 connections.close_all()
 
-    def _governed_call(
-        self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
-    ) -> str:
-        name = tool_call.name
-        tool = self.governed.rows.get(name)
-        refs: list[lifecycle.CallRef] = []
-        scope: dict[str, Any] = {
+    def _scope(self) -> dict[str, Any]:
+        return {
             "user": self.user,
             "conversation_id": self.conversation_id,
             "assistant_message_id": self.assistant_message_id,
             "run_id": self.run_id,
         }
 
+    def _governed_call(
+        self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
+    ) -> str:
+        scope = self._scope()
+        if is_search_call(callback):
+            _, outcome = run_search_call(callback, tool_call, tool_context, keep=False, **scope)
+            if outcome.kind is not ToolOutcomeKind.OK:
+                raise outcome.as_exception()
+            return outcome.text
+        name = tool_call.name
+        tool = self.governed.rows.get(name)
+        refs: list[lifecycle.CallRef] = []
+        rejected: ToolArgumentsError | None = None
+        try:
+            own_call, values = split_call(callback, tool_call, tool_context)
+        except ToolArgumentsError as exc:  # recorded as the failed call it is, below
+            own_call, values, rejected = tool_call, {}, exc
+        runs = callback.delegate if isinstance(callback, AugmentedToolCallback) else callback
+
         def start() -> None:
-            refs.append(lifecycle.record_started(tool_call, tool=tool, **scope))
+            refs.append(lifecycle.record_started(own_call, tool=tool, augmented=values, **scope))
 
         base = super().call_tool
-        result = run_governed_call(
-            name, self.user, lambda: base(callback, tool_call, tool_context), on_start=start
-        )
+
+        def run() -> str:
+            if rejected is not None:
+                raise rejected
+            return base(runs, own_call, tool_context)
+
+        result = run_governed_call(name, self.user, run, on_start=start)
         if refs:
             lifecycle.finish(
                 refs[0], result.status, result.outcome, duration_ms=result.duration_ms, keep=False
@@ -177,6 +211,71 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             # What the tool raised, or (refused) a ToolNotAvailableError: the manager decides.
             raise result.outcome.as_exception()
         return result.text
+
+
+class _SearchInProcess:
+    """Runs the turn's ``tool_search`` here, at once; every other call where ``router`` says."""
+
+    def __init__(
+        self,
+        router: RoutingToolCallExecutor,
+        call_inline: Any,
+    ) -> None:
+        self.router = router
+        self.call_inline = call_inline
+
+    def submit_tool_call(
+        self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
+    ) -> Future[str] | Future[ToolOutcome]:
+        """Run a search now (it takes a millisecond); route any other call."""
+        if not is_search_call(callback):
+            return self.router.submit_tool_call(callback, tool_call, tool_context)
+        future: Future[str] = Future()
+        try:
+            future.set_result(self.call_inline(callback, tool_call, tool_context))
+        except BaseException as exc:  # the manager classifies it, as for any call
+            future.set_exception(exc)
+        return future
+
+
+def run_search_call(
+    callback: ToolCallback,
+    tool_call: ToolCall,
+    tool_context: ToolContext,
+    *,
+    keep: bool,
+    **scope: Any,
+) -> tuple[lifecycle.CallRef, ToolOutcome]:
+    """Run a turn's ``tool_search`` call in this process and audit it: its row and outcome.
+
+    It has no ``Tool`` row to re-check: it only searches the tools the turn offers, and what
+    it finds runs governed like any call. Recorded ``running``, then ``succeeded`` or
+    ``failed`` (``keep``: the exact outcome stays in the working data, for a durable run's
+    next stage).
+
+    Args:
+        callback: The search tool of the turn.
+        tool_call: The model's call.
+        tool_context: The turn's tool context.
+        keep: Keep the exact outcome in the row's working data.
+        **scope: ``user``, ``conversation_id``, ``assistant_message_id``, ``run_id``.
+    """
+    ref = lifecycle.record_started(tool_call, tool=None, **scope)
+    started = time.monotonic()
+    raw = tool_call.arguments
+    arguments = raw if raw and not raw.isspace() else "{}"
+    try:
+        outcome = ToolOutcome.ok(callback.call(arguments, tool_context))
+    except BaseException as exc:  # classified; the manager decides what the model sees
+        outcome = ToolOutcome.from_exception(exc)
+    status = (
+        models.ExecutionStatus.SUCCEEDED
+        if outcome.kind is ToolOutcomeKind.OK
+        else models.ExecutionStatus.FAILED
+    )
+    duration = int((time.monotonic() - started) * 1000)
+    lifecycle.finish(ref, status, outcome, duration_ms=duration, keep=keep)
+    return ref, outcome
 
 
 @functools.cache
@@ -236,9 +335,11 @@ class GovernedTurn:
     manager: GovernedToolCallingManager
     """Plans and runs the calls, audited."""
     callbacks: list[ToolCallback]
-    """The tools offered to the model."""
+    """The tools offered to the model (augmented ones with their augmentation)."""
     tool_context: dict[str, Any]
     """Server-side context every call receives (user and conversation ids)."""
+    search: ToolSearchToolCallingAdvisor | None = None
+    """The tool loop with tool search (``TOOL_SEARCH``); ``None`` when search is off."""
 
 
 def governed_turn(
@@ -254,6 +355,9 @@ def governed_turn(
 
     ``RESOLUTION_FALLBACK_ENABLED`` lets a call of a tool the turn did not offer (narrowed by
     ``tool_names``) run when the database resolver finds it enabled and allowed for ``user``.
+    Tools whose calls carry argument augmentation are wrapped (``ARGUMENT_AUGMENTATION``, the
+    tools' admin choice); with ``TOOL_SEARCH`` on, ``search`` is the turn's tool loop (the
+    memory advisor sits inside it when there is a ``log``).
     """
     governed = GovernedTools(user, tool_registry)
     manager = GovernedToolCallingManager(
@@ -271,7 +375,9 @@ def governed_turn(
         context["user_id"] = user.pk
     if conversation_id is not None:
         context["conversation_id"] = str(conversation_id)
-    return GovernedTurn(manager, governed.callbacks(tool_names), context)
+    callbacks = augmented(governed.callbacks(tool_names), governed.rows)
+    search = search_advisor(manager, governed.rows, conversation_history_enabled=log is None)
+    return GovernedTurn(manager, callbacks, context, search)
 
 
 def governed_chat_client(
@@ -290,6 +396,8 @@ def governed_chat_client(
     step of the turn (user message, each assistant tool-call message, each batch of tool
     responses, the answer) is stored as it happens. ``model`` defaults to :func:`chat_model`.
     The tools are a snapshot taken now: build a client per turn to see operators' changes.
+    With ``TOOL_SEARCH`` on, the model is offered a search tool instead of every tool, and a
+    conversation keeps what its searches found for its next turns.
     """
     conversation_id = conversation.pk if conversation is not None else None
     log = TurnLog(conversation_id) if conversation_id is not None else None
@@ -308,6 +416,11 @@ def governed_chat_client(
     )
     if system:
         builder.default_system(system)
+    if turn.search is not None:
+        builder.default_advisors(turn.search)
+        if conversation_id is not None:
+            # Tool search keeps its finds under the request's conversation id.
+            builder.default_conversation_id(str(conversation_id))
     if log is not None:
         # Inside the tool loop: every step is stored as it happens, not only the final answer.
         builder.default_advisors(

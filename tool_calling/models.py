@@ -97,6 +97,38 @@ class Tool(models.Model):
             "the model is told its outcome is unknown."
         ),
     )
+    search_tags = models.CharField(
+        _("search tags"),
+        max_length=500,
+        blank=True,
+        help_text=_(
+            "Extra words, separated by commas, that help tool search find this tool (what "
+            "users call it, synonyms); never sent to the model."
+        ),
+    )
+    always_include = models.BooleanField(
+        _("always include"),
+        default=False,
+        help_text=_(
+            "With tool search on: offer this tool on every model call, without a search (pinned)."
+        ),
+    )
+    augment_arguments = models.BooleanField(
+        _("ask why it is called"),
+        null=True,
+        blank=True,
+        choices=[
+            (None, _("Default (from settings)")),
+            (True, _("Yes")),
+            (False, _("No")),
+        ],
+        help_text=_(
+            "Ask the model, on each call, for the fields of "
+            "TOOL_CALLING['ARGUMENT_AUGMENTATION']['TYPE'] (why it calls the tool); they are "
+            "stored with the call and removed before the tool runs. Default: "
+            "TOOL_CALLING['ARGUMENT_AUGMENTATION']['ENABLED']."
+        ),
+    )
     allowed_groups = models.ManyToManyField(
         "auth.Group",
         verbose_name=_("allowed groups"),
@@ -144,6 +176,11 @@ class Tool(models.Model):
     def is_available(self) -> bool:
         """True when the tool may be offered and run: enabled and present in code."""
         return self.enabled and not self.missing
+
+    @property
+    def search_tag_list(self) -> tuple[str, ...]:
+        """The search tags, split at commas, blanks dropped."""
+        return tuple(tag.strip() for tag in self.search_tags.split(",") if tag.strip())
 
 
 class ToolLimitOverride(models.Model):
@@ -351,6 +388,15 @@ class ToolExecution(models.Model):
         _("tool name"), max_length=200, help_text=_("As the model sent it, even if unknown.")
     )
     arguments = models.TextField(_("arguments"), blank=True)
+    augmented_arguments = models.JSONField(
+        _("why the model called it"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "The fields argument augmentation asked the model for (its reason, its "
+            "confidence...), as it filled them in; they are not part of the tool's arguments."
+        ),
+    )
     result = models.TextField(_("result"), blank=True)
     is_error = models.BooleanField(
         _("error response"), default=False, help_text=_("The model was told the call failed.")
@@ -514,6 +560,36 @@ class ToolExecution(models.Model):
             "mode": self.mode,
             "attempt": self.attempt,
         }
+
+
+class DiscoveredTool(models.Model):
+    """A tool a conversation's tool search found: offered to the model from then on."""
+
+    conversation = models.ForeignKey(
+        Conversation,
+        on_delete=models.CASCADE,
+        related_name="discovered_tools",
+        verbose_name=_("conversation"),
+    )
+    name = models.CharField(
+        _("tool name"), max_length=200, help_text=_("The tool the search found.")
+    )
+    found_at = models.DateTimeField(
+        _("found"), help_text=_("When a search last found it (the newest finds are kept).")
+    )
+
+    class Meta:
+        verbose_name = _("discovered tool")
+        verbose_name_plural = _("discovered tools")
+        ordering = ["conversation", "found_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "name"], name="tc_discovered_conversation_name"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id}: {self.name}"
 
 
 class RunStatus(models.TextChoices):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -98,9 +99,8 @@ class OperatorSettingsToolCallback(ToolCallback):
 
     def __init__(self, delegate: ToolCallback, return_direct: bool) -> None:
         self.delegate = delegate
-        self._metadata = ToolMetadata(
-            return_direct=return_direct, requires_approval=delegate.metadata.requires_approval
-        )
+        # Everything else of the delegate's metadata (approval, search tags) is kept.
+        self._metadata = dataclasses.replace(delegate.metadata, return_direct=return_direct)
 
     @property
     def definition(self) -> ToolDefinition:

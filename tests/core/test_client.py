@@ -249,6 +249,22 @@ def test_conversation_id_travels_in_the_advisor_context() -> None:
     assert recorder.requests[1].context == {}
 
 
+def test_a_default_conversation_id_applies_unless_the_request_names_one() -> None:
+    model = ScriptedChatModel([text("ok"), text("ok")])
+    recorder = Recorder()
+    client = (
+        ChatClient.builder(model).default_advisors(recorder).default_conversation_id("c-1").build()
+    )
+
+    client.prompt("Hi").call()
+    client.prompt("Hi").conversation_id("c-2").call()
+
+    assert [r.context for r in recorder.requests] == [
+        {ChatMemory.CONVERSATION_ID: "c-1"},
+        {ChatMemory.CONVERSATION_ID: "c-2"},
+    ]
+
+
 def test_acall_is_the_async_twin_of_call() -> None:
     model = ScriptedChatModel([tool_call("get_weather", city="Oslo"), text("Sunny in Oslo.")])
 

@@ -9,10 +9,10 @@ from tool_calling import checks
 from tool_calling.conf import DEFAULTS
 
 ACCEPTED_KEYS = (
-    "API, APPROVALS, AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, CONVERSATION_TURN_TIMEOUT, "
-    "EXCEPTION_PROCESSOR, EXECUTION, LIMITS, MAX_RESULT_CHARS, MEMORY_MAX_MESSAGES, "
-    "NEW_TOOLS_ENABLED, RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
-    "TOOL_CALLING_ADVISOR_AUTO_REGISTER"
+    "API, APPROVALS, ARGUMENT_AUGMENTATION, AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, "
+    "CONVERSATION_TURN_TIMEOUT, EXCEPTION_PROCESSOR, EXECUTION, LIMITS, MAX_RESULT_CHARS, "
+    "MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, "
+    "THROW_EXCEPTION_ON_ERROR, TOOL_CALLING_ADVISOR_AUTO_REGISTER, TOOL_SEARCH"
 )
 REDACTOR = """TOOL_CALLING["AUDIT_REDACTOR"]"""
 
@@ -572,3 +572,108 @@ def test_e009_checks_the_chat_model_class_and_the_permission_classes():
         """The value of 'TOOL_CALLING["CHAT_MODEL"]["ARGUMENTS"]' must be a dict of keyword """
         "arguments for CHAT_MODEL['CLASS']."
     )
+
+
+# --- E013-E015: tool search and argument augmentation ----------------------------------------
+
+SEARCH_PATH = 'TOOL_CALLING["TOOL_SEARCH"]'
+
+
+@pytest.mark.parametrize("value", [0, 11, True, "5", None])
+def test_e013_max_results_must_be_an_integer_from_1_to_10(value):
+    assert run({"TOOL_SEARCH": {"MAX_RESULTS": value}}) == [
+        Error(
+            f"""The value of '{SEARCH_PATH}["MAX_RESULTS"]' must be an integer from 1 to 10.""",
+            id="tool_calling.E013",
+        )
+    ]
+
+
+@pytest.mark.parametrize("value", [-1, False, "20", None, 2.5])
+def test_e013_threshold_must_be_an_integer_of_zero_or_more(value):
+    assert run({"TOOL_SEARCH": {"THRESHOLD": value}}) == [
+        Error(
+            f"""The value of '{SEARCH_PATH}["THRESHOLD"]' must be an integer >= 0 (the number """
+            "of tools up to which every tool is offered without search).",
+            id="tool_calling.E013",
+        )
+    ]
+
+
+def test_e013_index_must_make_a_tool_index():
+    assert run({"TOOL_SEARCH": {"INDEX": "tool_calling.models.Tool"}}) == [
+        Error(
+            f"""The value of '{SEARCH_PATH}["INDEX"]' must name a ToolIndex class or a """
+            "function returning a ToolIndex; Tool is not a ToolIndex.",
+            hint="Use 'tool_calling.core.search.lexical.LexicalToolIndex' (the default), "
+            "'tool_calling.core.search.regex.RegexToolIndex' or "
+            "'tool_calling.search.PostgresToolIndex'.",
+            id="tool_calling.E013",
+        )
+    ]
+
+
+def test_index_and_type_accept_classes_instances_and_dotted_paths():
+    from tool_calling.augmentation import CallReason
+    from tool_calling.core.search.regex import RegexToolIndex
+
+    assert run({"TOOL_SEARCH": {"INDEX": RegexToolIndex}}) == []
+    assert run({"TOOL_SEARCH": {"INDEX": RegexToolIndex()}}) == []
+    assert run({"TOOL_SEARCH": {"INDEX": "tool_calling.core.search.regex.RegexToolIndex"}}) == []
+    assert run({"ARGUMENT_AUGMENTATION": {"TYPE": CallReason}}) == []
+
+
+def test_e009_index_and_type_must_import():
+    errors = run(
+        {
+            "TOOL_SEARCH": {"INDEX": "tool_calling.core.search.lexical.LexicalIndex"},
+            "ARGUMENT_AUGMENTATION": {"TYPE": 5},
+        }
+    )
+    assert [(e.id, e.msg.split(";")[0]) for e in errors] == [
+        (
+            "tool_calling.E009",
+            f"""The value of '{SEARCH_PATH}["INDEX"]' must be an importable dotted path""",
+        ),
+        (
+            "tool_calling.E009",
+            """The value of 'TOOL_CALLING["ARGUMENT_AUGMENTATION"]["TYPE"]' must be a dotted """
+            "import path or a callable.",
+        ),
+    ]
+    assert errors[0].hint == "Did you mean 'tool_calling.core.search.lexical.LexicalToolIndex'?"
+
+
+def test_e014_the_postgres_index_needs_postgresql():
+    assert run({"TOOL_SEARCH": {"INDEX": "tool_calling.search.PostgresToolIndex"}}) == [
+        Error(
+            f"""The value of '{SEARCH_PATH}["INDEX"]' is a PostgresToolIndex, which needs """
+            "PostgreSQL, but the default database is sqlite.",
+            hint="Use PostgreSQL, or the default index "
+            "'tool_calling.core.search.lexical.LexicalToolIndex', which works on any database.",
+            id="tool_calling.E014",
+        )
+    ]
+
+
+def test_e015_the_augmentation_type_must_be_an_object_type_with_fields():
+    assert run({"ARGUMENT_AUGMENTATION": {"TYPE": "builtins.int"}}) == [
+        Error(
+            """The value of 'TOOL_CALLING["ARGUMENT_AUGMENTATION"]["TYPE"]' cannot be an """
+            "augmentation: Augment type 'int' must be an object type with fields (a pydantic "
+            "model, dataclass or TypedDict).",
+            hint="Name a pydantic model, a dataclass or a TypedDict, e.g. "
+            "'tool_calling.augmentation.CallReason' (the default).",
+            id="tool_calling.E015",
+        )
+    ]
+
+
+@pytest.mark.parametrize("key", ["TOOL_SEARCH", "ARGUMENT_AUGMENTATION"])
+def test_e008_the_enabled_flags_must_be_booleans(key):
+    assert run({key: {"ENABLED": "yes"}}) == [
+        Error(
+            f"""The value of 'TOOL_CALLING["{key}"]["ENABLED"]' must be True or False.""",
+            id="tool_calling.E008",
+        )
+    ]

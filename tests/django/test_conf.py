@@ -77,8 +77,18 @@ def test_documented_defaults():
     assert DEFAULTS["TOOL_CALLING_ADVISOR_AUTO_REGISTER"] is True
     assert DEFAULTS["STRICT_TOOL_CALLS"] is False
     # Keys of features not built yet are not settings (STYLE rule 28).
-    for unbuilt in ("OBSERVATIONS_INCLUDE_CONTENT", "TOOL_SEARCH", "MCP"):
+    for unbuilt in ("OBSERVATIONS_INCLUDE_CONTENT", "MCP"):
         assert unbuilt not in DEFAULTS
+    assert DEFAULTS["TOOL_SEARCH"] == {
+        "ENABLED": False,
+        "INDEX": "tool_calling.core.search.lexical.LexicalToolIndex",
+        "MAX_RESULTS": 5,
+        "THRESHOLD": 20,
+    }
+    assert DEFAULTS["ARGUMENT_AUGMENTATION"] == {
+        "ENABLED": False,
+        "TYPE": "tool_calling.augmentation.CallReason",
+    }
     assert DEFAULTS["MAX_RESULT_CHARS"] == 65536
     assert DEFAULTS["MEMORY_MAX_MESSAGES"] == 100
     assert DEFAULTS["NEW_TOOLS_ENABLED"] is True

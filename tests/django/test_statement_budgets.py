@@ -124,6 +124,19 @@ def test_a_stored_turn_with_one_tool_round(alice):
     assert len(STORED_TURN) <= 14
 
 
+def test_a_stored_turn_with_augmentation_costs_the_same_statements(alice):
+    """The reason is stored in the audit row the call writes anyway."""
+    models.Tool.objects.filter(name="budget_add").update(augment_arguments=True)
+    conversation = models.Conversation.objects.create(owner=alice)
+    reason = {"inner_thought": "The user asked.", "confidence": "high"}
+    model = ScriptedChatModel([tool_call("budget_add", a=1, b=2, **reason), text("3")])
+    with statements() as found:
+        client = governed_chat_client(user=alice, conversation=conversation, model=model)
+        assert client.prompt("Add 1 and 2").call().content() == "3"
+    assert found == STORED_TURN
+    assert models.ToolExecution.objects.get().augmented_arguments == reason
+
+
 def test_a_stored_turn_costs_the_same_statements_however_long_the_history(alice):
     conversation = models.Conversation.objects.create(owner=alice)
     DjangoChatMemoryRepository().add(
@@ -237,6 +250,104 @@ def test_the_steps_of_a_run_with_one_tool_round(alice):
         *model_round,
         *text_delta,
         *model_message,
+        *stage,
+        ("UPDATE", "run"),  # succeeded
+        ("UPDATE", "conversation"),  # the claim ends
+        *EVENT,  # succeeded
+        ("UPDATE", "run"),  # the step's lease ends
+    ]
+
+
+# --- a stored turn with tool search ------------------------------------------------------------
+
+STORED_TURN_WITH_SEARCH = [
+    ("SELECT", "tool"),  # the turn's snapshot of the tools the user may use (one query)
+    ("UPDATE", "conversation"),  # the claim: two turns never interleave (R9)
+    ("SELECT", "discoveredtool"),  # what the conversation found before: read once a turn
+    ("SELECT", "message"),  # the memory window, read once a turn
+    ("INSERT", "message"),  # the user's message
+    ("INSERT", "message"),  # the model's message with the search call
+    ("INSERT", "toolexecution"),  # the search's audit row, running (it has no Tool to re-check)
+    ("INSERT", "discoveredtool"),  # what it found, one upsert for all of them
+    ("UPDATE", "toolexecution"),  # ... and how the search ended
+    ("INSERT", "message"),  # the search's response
+    ("INSERT", "message"),  # the model's message with the call of the tool found
+    ("SELECT", "tool"),  # the re-check of the tool at call time (S2)
+    ("INSERT", "toolexecution"),  # the audit row, running
+    ("UPDATE", "toolexecution"),  # ... and how the call ended
+    ("INSERT", "message"),  # the tool's response
+    ("INSERT", "message"),  # the answer
+    ("UPDATE", "conversation"),  # the claim ends
+]
+"""A stored turn with one search round, then one tool round: the search round costs the turn
+six statements (its audit row twice, the finds, its two messages, the read of earlier finds)."""
+
+
+def test_a_stored_turn_that_searches_then_calls_the_tool_it_found(alice):
+    conversation = models.Conversation.objects.create(owner=alice)
+    model = ScriptedChatModel(
+        [
+            tool_call("tool_search", query="add numbers"),
+            tool_call("budget_add", a=1, b=2),
+            text("3"),
+        ]
+    )
+    searching = tool_calling_settings(TOOL_SEARCH={"ENABLED": True, "THRESHOLD": 0})
+    with override_settings(TOOL_CALLING=searching), statements() as found:
+        client = governed_chat_client(user=alice, conversation=conversation, model=model)
+        assert client.prompt("Add 1 and 2").call().content() == "3"
+    assert found == STORED_TURN_WITH_SEARCH
+    assert len(STORED_TURN_WITH_SEARCH) == len(STORED_TURN) + 6
+
+
+def test_the_step_of_a_run_that_searches(alice):
+    conversation = models.Conversation.objects.create(owner=alice)
+    script = ScriptedChatModel(
+        [tool_calls(tool_call("tool_search", query="add numbers")), text("found it")]
+    )
+    settings = tool_calling_settings(
+        EXECUTION={"MODE": "celery"}, TOOL_SEARCH={"ENABLED": True, "THRESHOLD": 0}
+    )
+    with chat_model(script), override_settings(TOOL_CALLING=settings):
+        with mock.patch.object(runs.lifecycle, "publish"), mock.patch.object(dispatch, "dispatch"):
+            run = runs.start_turn(conversation, "Add 1 and 2", user=alice)
+            with statements() as step:
+                tasks.run_step(str(run.pk))
+    run.refresh_from_db()
+    assert (run.status, run.answer) == ("succeeded", "found it")
+    stage = [("SELECT", "run")]
+    assert step == [
+        ("SELECT", "run"),  # where the run is
+        ("UPDATE", "run"),  # the step's lease; the run begins
+        *EVENT,  # running
+        *stage,
+        ("SELECT", "tool"),  # the step's snapshot of the tools
+        ("SELECT", "message"),  # the turn's messages, read once a step
+        *EVENT,  # model_call
+        ("SELECT", "discoveredtool"),  # what the conversation found: read once a step
+        ("SELECT", "message"),  # the memory window
+        ("INSERT", "message"),  # the model's message with the search call
+        *EVENT,  # model_message
+        *stage,
+        ("INSERT", "toolexecution"),  # the search runs in the step: its audit row, running
+        ("INSERT", "discoveredtool"),  # what it found
+        ("UPDATE", "toolexecution"),  # how it ended (its exact outcome kept for the batch)
+        ("UPDATE", "run"),  # the batch's plan; nothing runs on a worker, the step goes on
+        *EVENT,  # tool_calls
+        *EVENT,  # tool_call_started (on commit)
+        *EVENT,  # tool_call_ended (on commit)
+        ("SELECT", "toolexecution"),  # the receiver: does a call of the batch still run?
+        ("UPDATE", "run"),  # ... no: wake the run (nothing waits: the step goes on itself)
+        *stage,
+        ("SELECT", "toolexecution"),  # the batch's outcomes
+        ("UPDATE", "toolexecution"),  # their exact texts leave the database
+        ("INSERT", "message"),  # the search's response
+        *EVENT,  # tool_results
+        *stage,
+        *EVENT,  # model_call
+        ("INSERT", "message"),  # the answer (the finds and the window are known already)
+        *EVENT,  # text_delta
+        *EVENT,  # model_message
         *stage,
         ("UPDATE", "run"),  # succeeded
         ("UPDATE", "conversation"),  # the claim ends

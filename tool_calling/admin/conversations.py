@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from tool_calling import models
 from tool_calling.admin.display import admin_url, clip, pretty
+from tool_calling.search import discovered_tools
 
 
 @admin.register(models.Conversation)
@@ -26,7 +27,14 @@ class ConversationAdmin(admin.ModelAdmin):
     list_filter = ("updated_at",)
     list_select_related = ("owner",)
     date_hierarchy = "updated_at"
-    readonly_fields = ("id", "owner", "title", "created_at", "updated_at")
+    readonly_fields = (
+        "id",
+        "owner",
+        "title",
+        "discovered_tools_display",
+        "created_at",
+        "updated_at",
+    )
     fields = readonly_fields
     change_form_template = "tool_calling/admin/conversation/change_form.html"
 
@@ -42,6 +50,11 @@ class ConversationAdmin(admin.ModelAdmin):
     def message_count(self, obj: models.Conversation) -> int:
         """How many messages the conversation holds."""
         return getattr(obj, "message_count", 0)
+
+    @admin.display(description=_("tools found by search"))
+    def discovered_tools_display(self, obj: models.Conversation) -> str:
+        """The tools the conversation's searches found, oldest first (TOOL_SEARCH)."""
+        return ", ".join(discovered_tools(obj)) or self.get_empty_value_display()
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         """Conversations are created by turns, never in the admin."""
@@ -81,6 +94,11 @@ class ConversationAdmin(admin.ModelAdmin):
                         "id": call.get("id", ""),
                         "name": call.get("name", ""),
                         "arguments": pretty(call.get("arguments", "")),
+                        "reason": (
+                            pretty(execution.augmented_arguments)
+                            if execution is not None and execution.augmented_arguments
+                            else ""
+                        ),
                         "execution": execution,
                         "execution_url": (
                             admin_url(execution) if execution is not None and show_audit else None

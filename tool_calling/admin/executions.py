@@ -53,6 +53,7 @@ class ToolExecutionAdmin(admin.ModelAdmin):
         "status",
         "is_error",
         "arguments_display",
+        "augmented_arguments_display",
         "result_display",
         "approval",
         "approval_expires_at",
@@ -92,7 +93,15 @@ class ToolExecutionAdmin(admin.ModelAdmin):
         ),
         (
             _("Outcome"),
-            {"fields": ("status", "is_error", "arguments_display", "result_display")},
+            {
+                "fields": (
+                    "status",
+                    "is_error",
+                    "augmented_arguments_display",
+                    "arguments_display",
+                    "result_display",
+                )
+            },
         ),
         (
             _("Approval"),
@@ -134,8 +143,13 @@ class ToolExecutionAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("arguments"))
     def arguments_display(self, obj: models.ToolExecution) -> str:
-        """The arguments as the model sent them, indented when they are JSON."""
+        """The tool's arguments as the model sent them, indented when they are JSON."""
         return self._block(obj.arguments)
+
+    @admin.display(description=_("why the model called it"))
+    def augmented_arguments_display(self, obj: models.ToolExecution) -> str:
+        """What argument augmentation asked the model for (its reason...), indented."""
+        return self._block(obj.augmented_arguments)
 
     @admin.display(description=_("original arguments"))
     def original_arguments_display(self, obj: models.ToolExecution) -> str:

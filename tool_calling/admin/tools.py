@@ -96,8 +96,10 @@ class ToolAdmin(admin.ModelAdmin):
         "requires_approval",
         "execution_mode",
         "idempotent",
+        "always_include",
+        "augment_arguments",
     )
-    search_fields = ("name", "description")
+    search_fields = ("name", "description", "search_tags")
     list_select_related = ("limit_override",)
     ordering = ("name",)
     actions = (
@@ -140,6 +142,18 @@ class ToolAdmin(admin.ModelAdmin):
             {"fields": ("enabled", "requires_approval", "return_direct", "allowed_groups")},
         ),
         (_("Execution"), {"fields": ("execution_mode", "queue", "timeout", "idempotent")}),
+        (
+            _("Tool search and reasons"),
+            {
+                "fields": ("search_tags", "always_include", "augment_arguments"),
+                "description": _(
+                    "Used when TOOL_CALLING['TOOL_SEARCH'] is on: the model is offered a search "
+                    "tool instead of every tool. Search tags help it find this tool; an "
+                    'always-included tool is offered without a search. "Ask why it is '
+                    'called" makes the model say why on each call (shown with the call).'
+                ),
+            },
+        ),
         (_("History"), {"fields": ("created_at", "updated_at", "synced_at")}),
     )
 

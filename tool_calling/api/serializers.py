@@ -18,6 +18,7 @@ from rest_framework.reverse import reverse
 from tool_calling import models
 from tool_calling.api.errors import json_type
 from tool_calling.conf import settings as app_settings
+from tool_calling.search import discovered_tools
 
 __all__ = [
     "ApproveSerializer",
@@ -123,12 +124,20 @@ class ConversationSerializer(_StrictModelSerializer):
 
 
 class ConversationDetailSerializer(ConversationSerializer):
-    """A conversation with its messages in order."""
+    """A conversation with its messages in order, and the tools its searches found."""
 
     messages = MessageSerializer(many=True, read_only=True)
+    discovered_tools = serializers.SerializerMethodField(
+        help_text="With tool search: the tools the conversation's searches found, oldest "
+        "first; they are offered to the model in its next turns without a search."
+    )
 
     class Meta(ConversationSerializer.Meta):
-        fields = [*ConversationSerializer.Meta.fields, "messages"]
+        fields = [*ConversationSerializer.Meta.fields, "messages", "discovered_tools"]
+
+    def get_discovered_tools(self, conversation: models.Conversation) -> list[str]:
+        """The names the conversation's tool searches found, oldest first."""
+        return discovered_tools(conversation)
 
 
 class TurnSerializer(serializers.Serializer):
@@ -244,8 +253,19 @@ class RunEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+_AUGMENTED_HELP = (
+    "Why the model called the tool: the fields argument augmentation asked it for (by default "
+    "inner_thought and confidence), as it filled them in; {} when the call had none."
+)
+
+
 class ToolExecutionSummarySerializer(serializers.ModelSerializer):
-    """One tool call of a run: which tool, how it ended; no arguments, results or errors."""
+    """One tool call of a run: which tool, how it ended, why the model called it.
+
+    No arguments, results or errors.
+    """
+
+    augmented_arguments = serializers.DictField(read_only=True, help_text=_AUGMENTED_HELP)
 
     class Meta:
         model = models.ToolExecution
@@ -257,6 +277,7 @@ class ToolExecutionSummarySerializer(serializers.ModelSerializer):
             "is_error",
             "attempt",
             "approval",
+            "augmented_arguments",
             "started_at",
             "finished_at",
             "duration_ms",
@@ -295,6 +316,7 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="Whose turn made the call (their username); null for calls made without a user.",
     )
+    augmented_arguments = serializers.DictField(read_only=True, help_text=_AUGMENTED_HELP)
     urls = serializers.SerializerMethodField()
 
     class Meta:
@@ -309,6 +331,7 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
             "is_error",
             "attempt",
             "approval",
+            "augmented_arguments",
             "approval_expires_at",
             "requested_by",
             "decided_by",

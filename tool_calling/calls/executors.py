@@ -25,11 +25,13 @@ from typing import Any
 from django.db import transaction
 
 from tool_calling import _notify, models
+from tool_calling.augmentation import split_call
 from tool_calling.calls import lifecycle
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit, in_worker_task
 from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
+from tool_calling.core.errors import ToolArgumentsError
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
@@ -267,18 +269,41 @@ class CeleryToolExecutor:
         tool = self.tools.get(name)
         if tool is None:
             tool = models.Tool.objects.filter(name=name).first()
+        try:
+            # The worker runs the plain registered tool: it gets the tool's own arguments.
+            own_call, augmented = split_call(callback, tool_call, tool_context)
+        except ToolArgumentsError as exc:
+            return self._rejected(tool_call, tool, exc)
         row = lifecycle.record_for_worker(
-            tool_call,
+            own_call,
             tool_context,
             tool=tool,
             user=self.user,
             conversation_id=self.conversation_id,
             assistant_message_id=self.assistant_message_id,
+            augmented=augmented,
         )
         dispatch_on_commit(Dispatch.of(row))
         timeout = row.timeout or int(app_settings.EXECUTION["TIMEOUT"])
         future = _ExecutionFuture(self._waiter, lifecycle.CallRef.of(row), _wait_seconds(timeout))
         self._waiter.add(future)
+        return future
+
+    def _rejected(
+        self, tool_call: ToolCall, tool: models.Tool | None, error: ToolArgumentsError
+    ) -> Future[ToolOutcome]:
+        """A call whose augmented values are invalid: recorded as failed, never sent."""
+        ref = lifecycle.record_started(
+            tool_call,
+            tool=tool,
+            user=self.user,
+            conversation_id=self.conversation_id,
+            assistant_message_id=self.assistant_message_id,
+        )
+        outcome = ToolOutcome.from_exception(error)
+        lifecycle.finish(ref, models.ExecutionStatus.FAILED, outcome, duration_ms=0, keep=False)
+        future: Future[ToolOutcome] = Future()
+        future.set_result(outcome)
         return future
 
 

@@ -223,6 +223,17 @@ def _create(
     )
 
 
+def _audited_values(value: Any, tool_name: str) -> Any:
+    """Augmented values as the audit keeps them: each text redacted and capped like arguments."""
+    if isinstance(value, str):
+        return audit_text(value, tool_name=tool_name, field="arguments")
+    if isinstance(value, Mapping):
+        return {str(k): _audited_values(v, tool_name) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_audited_values(v, tool_name) for v in value]
+    return value
+
+
 def record_for_worker(
     tool_call: ToolCall,
     tool_context: Mapping[str, Any],
@@ -233,13 +244,15 @@ def record_for_worker(
     assistant_message_id: int | None = None,
     run_id: Any = None,
     needs_approval: bool = False,
+    augmented: Mapping[str, Any] | None = None,
 ) -> models.ToolExecution:
     """Record a call for a Celery worker: ``pending`` (or ``awaiting_approval``), with its data.
 
     The row holds the exact arguments and tool context the worker runs with (``payload``); the
     caller sends it with ``calls.dispatch.dispatch_on_commit``. A call that needs approval
     waits until a person approves it (``calls.approvals``), or expires after
-    ``APPROVALS["EXPIRE_AFTER"]`` seconds.
+    ``APPROVALS["EXPIRE_AFTER"]`` seconds. ``tool_call`` carries the tool's own arguments;
+    ``augmented`` the values argument augmentation split from them (``augmentation``).
 
     Raises:
         ToolCallingError: the tool context is not JSON.
@@ -259,6 +272,7 @@ def record_for_worker(
         conversation_id=conversation_id,
         assistant_message_id=assistant_message_id,
         run_id=run_id,
+        augmented_arguments=_audited_values(augmented or {}, name),
         status=S.AWAITING_APPROVAL if needs_approval else S.PENDING,
         approval=(
             models.ApprovalDecision.PENDING
@@ -286,8 +300,12 @@ def record_started(
     conversation_id: Any = None,
     assistant_message_id: int | None = None,
     run_id: Any = None,
+    augmented: Mapping[str, Any] | None = None,
 ) -> CallRef:
-    """Record an in-process call as ``running`` (attempt 1) just before it runs."""
+    """Record an in-process call as ``running`` (attempt 1) just before it runs.
+
+    ``augmented``: the values argument augmentation split from the call's arguments.
+    """
     row = _create(
         tool_call,
         tool=tool,
@@ -295,6 +313,7 @@ def record_started(
         conversation_id=conversation_id,
         assistant_message_id=assistant_message_id,
         run_id=run_id,
+        augmented_arguments=_audited_values(augmented or {}, tool_call.name),
         status=S.RUNNING,
         attempt=1,
         started_at=timezone.now(),

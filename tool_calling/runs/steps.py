@@ -18,6 +18,12 @@ memory advisor of governed turns, so limits, return-direct and memory behave as 
 ``governed_chat_client``. A step holds a lease on the run; a step redelivered after its worker
 died takes over once the lease expired and continues from the database, never running a
 finished tool again.
+
+With tool search (``TOOL_SEARCH``), each model call is offered what the in-process loop
+offers (the search advisor's ``initialize_loop`` then ``before_call``, the finds read back from
+the database), and a ``tool_search`` call runs in the step itself, audited, while the batch's
+other calls go to workers. Augmented calls (``ARGUMENT_AUGMENTATION``) are sent with the tool's
+own arguments; their values are stored on the call's row.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 from django.db import transaction
 
 from tool_calling import models, signals
+from tool_calling.augmentation import split_call
 from tool_calling.calls import lifecycle as calls
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
 from tool_calling.calls.executors import outcome_of
@@ -49,13 +56,16 @@ from tool_calling.core.chat.memory import ChatMemory
 from tool_calling.core.chat.messages import AssistantMessage, Message
 from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse, Generation
+from tool_calling.core.errors import ToolArgumentsError
 from tool_calling.core.execution.eligibility import DefaultToolExecutionEligibilityPredicate
-from tool_calling.core.execution.plan import ToolCallPlan
+from tool_calling.core.execution.plan import ToolCallPlan, ToolOutcome
 from tool_calling.core.execution.result import ToolExecutionResult
+from tool_calling.core.tools.context import ToolContext
 from tool_calling.exceptions import ToolCallingError, ToolCallLimitExceededException
-from tool_calling.governance import GovernedTurn, chat_model, governed_turn
+from tool_calling.governance import GovernedTurn, chat_model, governed_turn, run_search_call
 from tool_calling.repositories import message_from_row
 from tool_calling.runs import events, lifecycle
+from tool_calling.search import is_search_call
 
 __all__ = ["advance_run"]
 
@@ -80,6 +90,10 @@ class _Step:
     log: TurnLog
     messages: list[models.Message]
     """The turn's stored messages, from the user's on."""
+    search: ChatClientRequest | None = None
+    """With tool search: the request the search advisor set up for this step's turn."""
+    offered: ToolCallingChatOptions | None = None
+    """The options the model was called with in this step (what its calls may run)."""
 
 
 def advance_run(run_id: uuid.UUID | str) -> None:
@@ -166,6 +180,35 @@ def _state(run: models.Run, step: int) -> _Step:
     return _Step(run, step, turn, options, log, messages)
 
 
+def _no_model(request: ChatClientRequest) -> ChatClientResponse:
+    raise ToolCallingError("The search advisor's hooks never call the model.")
+
+
+def _no_stream(request: ChatClientRequest) -> Iterator[ChatClientResponse]:
+    raise ToolCallingError("The search advisor's hooks never call the model.")
+
+
+def _offered(state: _Step) -> ToolCallingChatOptions:
+    """The tools offered to the model now, as the in-process loop offers them.
+
+    All of them; with tool search, the search tool, the pinned tools and what the conversation
+    found so far (read from the store, so a step on another worker sees it).
+    """
+    advisor = state.turn.search
+    if advisor is None:
+        return state.options
+    chain = AdvisorChain([], _no_model, _no_stream)
+    if state.search is None:
+        setup = ChatClientRequest(
+            Prompt([], state.options),
+            {ChatMemory.CONVERSATION_ID: str(state.run.conversation_id)},
+        )
+        state.search = advisor.initialize_loop(setup, chain)
+    options = advisor.before_call(state.search, chain).prompt.options
+    assert isinstance(options, ToolCallingChatOptions)
+    return options
+
+
 def _model_round(state: _Step, last: models.Message) -> None:
     """Call the model through the memory advisor, which stores its message."""
     run = state.run
@@ -183,8 +226,9 @@ def _model_round(state: _Step, last: models.Message) -> None:
 
     # What the in-process loop sends with memory inside it: the last message; the memory
     # advisor puts the stored history before it and stores the model's message.
+    state.offered = _offered(state)
     request = ChatClientRequest(
-        Prompt([message_from_row(last)], state.options),
+        Prompt([message_from_row(last)], state.offered),
         {ChatMemory.CONVERSATION_ID: str(run.conversation_id)},
     )
     chain = AdvisorChain([memory_advisor(state.log)], call_model, stream_model)
@@ -262,8 +306,11 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
     run = state.run
     chat_response = _chat_response(last)
     rounds = sum(m.role == models.MessageRole.ASSISTANT for m in state.messages)
+    # Only the tools the model was offered may run (with tool search, fewer than all).
+    options = state.offered if state.offered is not None else _offered(state)
+    state.offered = None  # a search of this batch changes what the next call offers
     decision = decide_after_model(
-        state.options,
+        options,
         chat_response,
         rounds=rounds,
         max_tool_rounds=int(app_settings.LIMITS["MAX_TOOL_ROUNDS"]),
@@ -281,35 +328,66 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
         _end(state, decision)
         return False
     manager = state.turn.manager
-    prompt = Prompt(_history(state, last), state.options)
-    offered = {cb.definition.name: cb for cb in state.turn.callbacks}
+    prompt = Prompt(_history(state, last), options)
+    offered = {cb.definition.name: cb for cb in options.tool_callbacks}
+    context = state.options.tool_context
+    scope: dict[str, Any] = {
+        "user": run.user,
+        "conversation_id": run.conversation_id,
+        "assistant_message_id": last.pk,
+        "run_id": run.pk,
+    }
     with transaction.atomic():
         plan = manager.plan_tool_calls(prompt, chat_response)
         executions: list[int] = []
         gated: list[models.ToolExecution] = []
+        sent = 0
         for job in plan.jobs:
             call = job.call
             tool = manager.governed.rows.get(call.name)
             callback = offered.get(call.name)
+            if callback is not None and is_search_call(callback):
+                # It searches the turn's tools: here, now; its row ends before the batch's.
+                ref, _ = run_search_call(callback, call, ToolContext(context), keep=True, **scope)
+                executions.append(ref.execution_id)
+                continue
+            try:
+                # The worker runs the plain registered tool: it gets the tool's own arguments.
+                own_call, augmented = (
+                    split_call(callback, call, context) if callback is not None else (call, {})
+                )
+            except ToolArgumentsError as exc:
+                ref = calls.record_started(call, tool=tool, **scope)
+                calls.finish(
+                    ref,
+                    models.ExecutionStatus.FAILED,
+                    ToolOutcome.from_exception(exc),
+                    duration_ms=0,
+                )
+                executions.append(ref.execution_id)
+                continue
             needs_approval = bool(tool is not None and tool.requires_approval) or bool(
                 callback is not None and callback.metadata.requires_approval
             )
             row = calls.record_for_worker(
-                call,
-                state.options.tool_context,
+                own_call,
+                context,
                 tool=tool,
                 user=run.user,
                 conversation_id=run.conversation_id,
                 assistant_message_id=last.pk,
                 run_id=run.pk,
                 needs_approval=needs_approval,
+                augmented=augmented,
             )
             executions.append(row.pk)
             if needs_approval:
                 gated.append(row)
             else:
                 dispatch_on_commit(Dispatch.of(row))
-        waiting = bool(executions)
+            sent += 1
+        # Calls that ended here (a search, rejected arguments) need no worker to wake the run.
+        waiting = sent > 0
         stored = {"message": last.pk, "plan": plan.to_json(), "executions": executions}
         if waiting:
             lifecycle.wait_for_calls(run.pk, state.step, stored, last.pk)

@@ -290,6 +290,11 @@ class ChatClientBuilder:
         self._defaults.advisors.extend(_flatten(advisors))
         return self
 
+    def default_conversation_id(self, conversation_id: str) -> ChatClientBuilder:
+        """Set the conversation id of every request that names none (``.conversation_id()``)."""
+        self._defaults.conversation_id = str(conversation_id)
+        return self
+
     def default_options(self, options: ChatOptions) -> ChatClientBuilder:
         """Set options every request starts from."""
         self._defaults.options = options
