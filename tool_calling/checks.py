@@ -24,6 +24,8 @@ tool_calling.E011   ``EXECUTION["QUEUE"]`` is not a non-empty string.
 tool_calling.E012   ``EXECUTION["MODE"]`` is ``"celery"`` and ``CELERY_ACCEPT_CONTENT`` lets workers
                     deserialize pickle or YAML: a message pushed into the queue could run code
                     (S20).
+tool_calling.E020   ``MCP["ALLOWED_HOSTS"]`` is not a list of host names, or
+                    ``MCP["ALLOWED_ORIGINS"]`` is neither None nor a list of origins.
 =================== =======================================================================
 """
 
@@ -92,6 +94,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _check_import_strings(values)
     errors += _check_execution(values["EXECUTION"])
     errors += _check_visibility_timeout(values["EXECUTION"])
+    errors += _check_mcp(values["MCP"])
     return errors
 
 
@@ -477,4 +480,38 @@ def _check_execution_mode(execution: Mapping[str, Any]) -> list[CheckMessage]:
                     id="tool_calling.E005",
                 )
             )
+    return errors
+
+
+def _check_mcp(mcp: Mapping[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    hosts = mcp["ALLOWED_HOSTS"]
+    if (
+        isinstance(hosts, str)
+        or not isinstance(hosts, Sequence)
+        or not all(isinstance(host, str) and host.strip() for host in hosts)
+    ):
+        errors.append(
+            Error(
+                f"The value of '{_path('MCP', 'ALLOWED_HOSTS')}' must be a list of host names.",
+                hint="E.g. ['127.0.0.1', 'localhost', 'mcp.example.com'] ('name' allows any "
+                "port, 'name:port' one port, '*' any host: only behind a proxy that checks it).",
+                id="tool_calling.E020",
+            )
+        )
+    origins = mcp["ALLOWED_ORIGINS"]
+    if origins is not None and (
+        isinstance(origins, str)
+        or not isinstance(origins, Sequence)
+        or not all(isinstance(o, str) and "://" in o for o in origins)
+    ):
+        errors.append(
+            Error(
+                f"The value of '{_path('MCP', 'ALLOWED_ORIGINS')}' must be None or a list of "
+                "origins.",
+                hint="E.g. ['https://ide.example.com', 'http://localhost:*'], or None to accept "
+                "the http(s) origins of ALLOWED_HOSTS.",
+                id="tool_calling.E020",
+            )
+        )
     return errors
