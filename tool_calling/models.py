@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -674,8 +675,9 @@ class PendingApproval(ToolExecution):
 MCP_ALIAS_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,31}"
 """An alias or name prefix: it starts tool names, so it follows the MCP tool name rule."""
 
-ENVIRONMENT_VARIABLE_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
-"""The name of an environment variable (never its value)."""
+ENVIRONMENT_VARIABLE_PATTERN = r"[A-Z_][A-Z0-9_]{0,63}"
+"""The name of an environment variable (never its value): upper case, as names are by
+convention, which also turns away most pasted secrets (tokens mix cases and symbols)."""
 
 
 class McpTransport(models.TextChoices):
@@ -732,8 +734,8 @@ class McpServer(models.Model):
         blank=True,
         help_text=_(
             "stdio: variables for the server process, each mapped to the NAME of an environment "
-            'variable of this process, e.g. {"GITHUB_TOKEN": "MCP_GITHUB_TOKEN"}. Never a '
-            "value: secrets stay in the environment."
+            'variable of this process (upper case), e.g. {"GITHUB_TOKEN": "MCP_GITHUB_TOKEN"}. '
+            "Never a value: secrets stay in the environment."
         ),
     )
     url = models.URLField(
@@ -853,6 +855,11 @@ class McpServer(models.Model):
                 errors["command"] = _(
                     "Command, arguments and environment are for stdio servers; clear them."
                 )
+            if self.url and urlsplit(self.url).password is not None:
+                errors["url"] = _(
+                    "The URL carries a password: put credentials in a header instead, named "
+                    'by an environment variable ({"Authorization": "MCP_TOKEN"}).'
+                )
         if not isinstance(self.args, list) or not all(isinstance(a, str) for a in self.args):
             errors["args"] = _('The arguments must be a JSON list of strings, e.g. ["--local"].')
         for field in ("env", "headers"):
@@ -890,9 +897,9 @@ def _variable_names_problem(mapping: Any) -> Any:
     for key, value in mapping.items():
         if not isinstance(value, str) or pattern.fullmatch(value) is None:
             return _(
-                "%(key)r must name an environment variable (letters, digits and '_', e.g. "
-                "MCP_TOKEN), not give a value: secrets are never stored here, only the name of "
-                "the variable that holds them."
+                "%(key)r must name an environment variable (upper-case letters, digits and '_', "
+                "e.g. MCP_TOKEN), not give its value: secrets are never stored here, only the "
+                "name of the variable that holds them."
             ) % {"key": key}
     return None
 

@@ -17,9 +17,11 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from tests.django._tools import registered
-from tool_calling import ToolResponse, models, tool
+from tests.django._tools import chat_model, registered
+from tool_calling import ToolResponse, models, runs, tool
+from tool_calling.calls import approvals
 from tool_calling.calls.running import approval_refusal_text
+from tool_calling.exceptions import ToolArgumentsError
 from tool_calling.mcp import clients
 from tool_calling.resolvers import GovernedTools
 from tool_calling.sync import sync_tools
@@ -313,3 +315,32 @@ def test_the_admin_syncs_servers_and_lists_their_tools(client, tmp_path: Path) -
     assert "Approved definition" in html and "docs_search" in html
     listing = client.get(reverse("admin:tool_calling_mcpservertool_changelist")).content.decode()
     assert "docs_search" in listing
+
+
+def test_s18_a_durable_run_waits_for_approval_of_a_read_only_hinted_tool_then_runs_it() -> None:
+    """The approval gate of background runs holds for remote tools, whatever their hints."""
+    server = everything_stdio()
+    synced(server)
+    enable("everything_echo")
+    models.Tool.objects.filter(name="everything_echo").update(requires_approval=True)
+    alice = User.objects.create_user("alice")
+    reviewer = User.objects.create_user("rita", is_staff=True)
+    script = ScriptedChatModel([tool_call("everything_echo", message="hi"), text("Done")])
+    with chat_model(script):
+        conversation = models.Conversation.objects.create(owner=alice)
+        run = runs.start_turn(conversation, "Echo hi", user=alice)
+        run.refresh_from_db()
+        assert run.status == "awaiting_approval"
+        call = models.ToolExecution.objects.get(run=run)
+        assert (call.status, call.approval) == (S.AWAITING_APPROVAL, "pending")
+        # Edited arguments are checked against the approved schema before anything runs.
+        with pytest.raises(ToolArgumentsError) as raised:
+            approvals.approve(call, user=reviewer, arguments={"text": "x"})
+        assert str(raised.value) == (
+            "Invalid arguments for tool 'everything_echo': missing 'message', unknown 'text'."
+        )
+        approvals.approve(call, user=reviewer, arguments={"message": "edited"})
+        run.refresh_from_db()
+        call.refresh_from_db()
+    assert (run.status, run.answer) == ("succeeded", "Done")
+    assert (call.status, call.result, call.decided_by) == (S.SUCCEEDED, "Echo: edited", reviewer)

@@ -20,10 +20,14 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from tests.django._api import client_for, url
+from tests.django._tools import chat_model
 from tool_calling import ToolResponse, models
 from tool_calling.mcp import clients, mirror
-from tool_calling.resolvers import GovernedTools
+from tool_calling.resolvers import GovernedTools, installed_callback
 from tool_calling.testing import ScriptedChatModel, text, tool_call
 
 from . import _servers
@@ -334,3 +338,60 @@ def test_the_tool_context_reaches_the_server_only_for_its_listed_keys(tmp_path: 
     turn(model, user=alice)
     [answer] = responses(model)
     assert json.loads(answer.response_data)["meta"] == {"user_id": alice.pk}
+
+
+def test_manage_py_chat_offers_an_mcp_tool_by_name() -> None:
+    synced(time_server())
+    enable("time_get_current_time")
+    model = ScriptedChatModel(
+        [tool_call("time_get_current_time", timezone="UTC"), text("It is late.")]
+    )
+    out = StringIO()
+    with chat_model(model):
+        call_command(
+            "chat",
+            "What time is it?",
+            "--tool",
+            "time_get_current_time",
+            stdout=out,
+            stderr=StringIO(),
+        )
+    assert out.getvalue().strip() == "It is late."
+    assert offered(model) == ["time_get_current_time"]
+    [answer] = responses(model)
+    assert not answer.is_error, answer.response_data
+
+
+def test_the_api_lists_an_enabled_mcp_tool_with_its_approved_definition() -> None:
+    synced(time_server())
+    enable("time_get_current_time")
+    models.Tool.objects.filter(name="time_get_current_time").update(requires_approval=True)
+    alice = User.objects.create_user("alice")
+    listed = {t["name"]: t for t in client_for(alice).get(url("tool-list")).json()}
+    entry = listed["time_get_current_time"]
+    stored = models.Tool.objects.get(name="time_get_current_time")
+    assert (entry["description"], entry["input_schema"], entry["requires_approval"]) == (
+        stored.description,
+        stored.input_schema,
+        True,
+    )
+    assert "time_convert_time" not in listed  # not enabled
+
+
+def test_a_turns_snapshot_with_mcp_tools_is_one_query_and_connects_nothing() -> None:
+    server = time_server()
+    synced(server)
+    enable("time_get_current_time", "time_convert_time")
+    server.allowed_groups.add(Group.objects.create(name="ops"))
+    member = User.objects.create_user("member")
+    member.groups.add(Group.objects.get(name="ops"))
+    clients.close_all()
+    with CaptureQueriesContext(connection) as queries:
+        governed = GovernedTools(member)
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    assert {"time_get_current_time", "time_convert_time"} <= set(governed.available)
+    assert not clients.provider(server).connection.connected  # sessions open on first call
+    with CaptureQueriesContext(connection) as queries:
+        callback = installed_callback("time_get_current_time")  # what a worker resolves
+    assert len(queries) == 1 and callback is not None
+    assert callback.definition == governed.available["time_get_current_time"].definition

@@ -20,10 +20,11 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tool_calling import models
 from tool_calling.core.errors import McpServerError, McpServerUnavailableError, ToolFailure
@@ -48,6 +49,7 @@ __all__ = [
 logger = logging.getLogger("tool_calling.mcp")
 
 _CALLBACK_CACHE_SIZE = 1024
+_CONNECT_TIMEOUT = 10.0  # seconds to start a server and finish the handshake, at most
 
 
 def sdk() -> ModuleType:
@@ -64,7 +66,7 @@ def sdk() -> ModuleType:
 
 
 def connection_config(server: models.McpServer) -> dict[str, Any]:
-    """The keywords of ``McpToolCallbackProvider.from_config`` for ``server``, secrets resolved.
+    """How to reach ``server`` (transport, command or URL, timeout), secrets resolved.
 
     ``env`` and ``headers`` name environment variables of this process; their values are read
     now and never stored.
@@ -127,9 +129,7 @@ class _Pool:
             entry = self._entries.get(server.alias)
             if entry is not None and entry[0] == key:
                 return entry[1]
-            made = sdk().McpToolCallbackProvider.from_config(
-                server.alias, **config, prefix=server.prefix
-            )
+            made = _make_provider(server, config)
             self._entries[server.alias] = (key, made)
         if entry is not None:
             logger.info("MCP server %r: configuration changed; reconnecting", server.alias)
@@ -146,6 +146,53 @@ class _Pool:
                 closing = [found] if found is not None else []
         for _, old in closing:
             old.close()
+
+
+def _errlog() -> TextIO:
+    """Where a stdio server's stderr goes: this process's stderr, if it is a real file.
+
+    A Celery worker replaces ``sys.stderr`` with a logging proxy that has no file descriptor,
+    which a subprocess cannot inherit; the process's original stderr (the worker's log) is
+    used then.
+    """
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None and stream.fileno() >= 0:
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return open(os.devnull, "w")  # kept open as long as the process (a fallback of last resort)
+
+
+def _make_provider(server: models.McpServer, config: dict[str, Any]) -> McpToolCallbackProvider:
+    core = sdk()
+    transport: Any
+    if config["transport"] == models.McpTransport.STDIO:
+        if not config["command"]:
+            raise McpServerUnavailableError(
+                f"MCP server {server.alias!r} has no command to start it; set one in the admin.",
+                server=server.alias,
+                operation="connect",
+                reason="no command",
+            )
+        transport = core.StdioTransport(config["command"], config["args"], env=config["env"])
+    else:
+        if not config["url"]:
+            raise McpServerUnavailableError(
+                f"MCP server {server.alias!r} has no URL; set one in the admin.",
+                server=server.alias,
+                operation="connect",
+                reason="no URL",
+            )
+        transport = core.StreamableHttpTransport(config["url"], headers=config["headers"])
+    connection = core.McpConnection(
+        transport,
+        name=server.alias,
+        request_timeout=config["request_timeout"],
+        connect_timeout=min(float(config["request_timeout"]), _CONNECT_TIMEOUT),
+        errlog=_errlog(),
+    )
+    return core.McpToolCallbackProvider(connection, prefix=server.prefix)  # type: ignore[no-any-return]
 
 
 def _close_in_background(old: McpToolCallbackProvider) -> None:
