@@ -344,3 +344,56 @@ def test_s18_a_durable_run_waits_for_approval_of_a_read_only_hinted_tool_then_ru
         call.refresh_from_db()
     assert (run.status, run.answer) == ("succeeded", "Done")
     assert (call.status, call.result, call.decided_by) == (S.SUCCEEDED, "Echo: edited", reviewer)
+
+
+def test_renaming_a_server_renames_its_tools_and_keeps_their_governance(
+    docs: tuple[models.McpServer, Path],
+) -> None:
+    server, _ = docs
+    models.Tool.objects.filter(name="docs_search").update(requires_approval=True)
+    server.alias = "kb"
+    server.save()
+    report = synced(server)
+    assert "docs_search -> kb_search" in report.renamed
+    tool_row = models.Tool.objects.get(name="kb_search")
+    assert (tool_row.source, tool_row.enabled, tool_row.requires_approval) == ("mcp:kb", True, True)
+    assert tool_row.schema_hash == clients.pinned_spec(tool_row.mcp).definition_hash
+    assert "kb_search" in GovernedTools(None).available
+    assert synced(server).unchanged and not synced(server).renamed
+
+
+def test_the_admin_refuses_a_secret_and_keeps_a_deleted_servers_tools_for_the_audit(
+    client, docs: tuple[models.McpServer, Path]
+) -> None:
+    server, _ = docs
+    client.force_login(User.objects.create_superuser("root"))
+    form = {
+        "alias": "github",
+        "transport": "stdio",
+        "enabled": "on",
+        "command": "npx",
+        "args": '["-y", "@modelcontextprotocol/server-github"]',
+        "env": '{"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_16C7e42F292c6912E7710c838347Ae178B4a"}',
+        "headers": "{}",
+        "context_keys": "[]",
+        "timeout": "30",
+        "tools-TOTAL_FORMS": "0",
+        "tools-INITIAL_FORMS": "0",
+    }
+    page = client.post(reverse("admin:tool_calling_mcpserver_add"), form)
+    assert page.status_code == 200  # the form again, with the error
+    assert "must name an environment variable" in page.content.decode()
+    assert not models.McpServer.objects.filter(alias="github").exists()
+    form["env"] = '{"GITHUB_PERSONAL_ACCESS_TOKEN": "MCP_GITHUB_TOKEN"}'
+    saved = client.post(reverse("admin:tool_calling_mcpserver_add"), form)
+    assert saved.status_code == 302
+    assert models.McpServer.objects.get(alias="github").env == {
+        "GITHUB_PERSONAL_ACCESS_TOKEN": "MCP_GITHUB_TOKEN"
+    }
+    deleted = client.post(
+        reverse("admin:tool_calling_mcpserver_delete", args=[server.pk]), {"post": "yes"}
+    )
+    assert deleted.status_code == 302
+    tool_row = models.Tool.objects.get(name="docs_search")
+    assert (tool_row.missing, tool_row.enabled, hasattr(tool_row, "mcp")) == (True, False, False)
+    assert "docs_search" not in GovernedTools(None).available

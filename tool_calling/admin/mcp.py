@@ -171,8 +171,10 @@ class McpServerAdmin(admin.ModelAdmin):
         self, request: HttpRequest, obj: models.McpServer, form: Any, change: bool
     ) -> None:
         """Save; this process's session reconnects with the new configuration on first use."""
+        before = models.McpServer.objects.filter(pk=obj.pk).values_list("alias", flat=True).first()
         super().save_model(request, obj, form, change)
-        clients.close_all(obj.alias)
+        for alias in {before, obj.alias} - {None}:
+            clients.close_all(alias)
 
     def _retire(self, servers: list[models.McpServer]) -> None:
         # The tools stay for the audit, marked missing (their link goes with the server).
@@ -213,7 +215,9 @@ class McpServerToolAdmin(admin.ModelAdmin):
 
     Read-only: a tool's governance (enabled, approval, groups, limits) is in the tools' admin.
     A tool whose server changed its definition is held back (never offered, never run) until
-    "Approve the server's new definitions"; its page shows the difference first.
+    "Approve the server's new definitions"; its page shows the difference first. Deleting a
+    link forgets its approval: the tool is no longer offered, and the next sync brings it back
+    as a new, disabled tool.
     """
 
     list_display = ("tool_link", "server", "server_name", "status", "enabled", "hints")
@@ -237,10 +241,6 @@ class McpServerToolAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         """Links come from syncing a server."""
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        """Never: the tool would lose its pinned definition (delete the server instead)."""
         return False
 
     def has_approve_permission(self, request: HttpRequest) -> bool:

@@ -124,7 +124,7 @@ class _Pool:
 
     def get(self, server: models.McpServer) -> McpToolCallbackProvider:
         config = connection_config(server)
-        key = _config_key(server.alias, config)
+        key = _config_key(server.alias, {**config, "prefix": server.prefix})
         with self._lock:
             entry = self._entries.get(server.alias)
             if entry is not None and entry[0] == key:

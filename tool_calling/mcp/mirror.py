@@ -156,15 +156,24 @@ def definition_diff(link: models.McpServerTool) -> str:
 
 
 def _taken_by(
-    name: str, rows: dict[str, tuple[str, str, int]], target: ToolRegistry, source: str
+    name: str,
+    rows: dict[str, tuple[str, str, int]],
+    target: ToolRegistry,
+    *,
+    source: str,
+    own: int | None = None,
 ) -> str | None:
-    """Who holds ``name`` (case-insensitively), if not this server: a text for the report."""
+    """Who holds ``name`` (case-insensitively), if not the tool itself: a text for the report.
+
+    ``own`` is the tool's row (a rename); without it, a row of this server that lost its link
+    is free (:func:`_create` takes it back).
+    """
     folded = name.casefold()
     for local in target:
         if local.casefold() == folded:
             return f"the local tool {local!r} (remote tools never shadow local ones)"
     found = rows.get(folded)
-    if found is None or found[1] == source:
+    if found is None or found[2] == own or (own is None and found[1] == source):
         return None
     held, held_source, _ = found
     if held_source.startswith("mcp:"):
@@ -207,7 +216,6 @@ def sync_server(
         return _fail(server, report, f"{exc} ({reason})" if reason else str(exc))
     report.rejected.update(session.rejected)
     now = timezone.now()
-    source = server.source
     with transaction.atomic():
         links = {
             link.server_name: link
@@ -223,7 +231,7 @@ def sync_server(
         for spec in specs:
             listed.add(spec.server_name)
             link = links.get(spec.server_name)
-            if link is not None and link.tool.source != source:
+            if link is not None and not link.tool.source.startswith("mcp:"):
                 # A local tool took the row over (sync_tools): the remote one is not mirrored.
                 report.rejected[spec.server_name] = (
                     f"its name {link.tool.name!r} now belongs to {link.tool.source!r}"
@@ -233,9 +241,9 @@ def sync_server(
             if link is None:
                 _create(server, spec, rows, target, report, now)
             else:
-                _update(link, spec, rows, target, report, now)
+                _update(server, link, spec, rows, target, report, now)
         for server_name, link in links.items():
-            if server_name in listed or link.tool.source != source:
+            if server_name in listed or not link.tool.source.startswith("mcp:"):
                 continue
             if not link.tool.missing:
                 report.missing.append(link.tool.name)
@@ -256,7 +264,7 @@ def _create(
     report: McpSyncReport,
     now: Any,
 ) -> None:
-    holder = _taken_by(spec.name, rows, target, server.source)
+    holder = _taken_by(spec.name, rows, target, source=server.source)
     if holder is not None:
         report.rejected[spec.server_name] = (
             f"the name {spec.name!r} is taken by {holder}; give the server another name prefix"
@@ -296,6 +304,7 @@ def _create(
 
 
 def _update(
+    server: models.McpServer,
     link: models.McpServerTool,
     spec: Any,
     rows: dict[str, tuple[str, str, int]],
@@ -305,8 +314,10 @@ def _update(
 ) -> None:
     tool = link.tool
     fields: dict[str, Any] = {"synced_at": now}
+    if tool.source != server.source:
+        fields["source"] = server.source  # the server's alias changed
     if tool.name != spec.name:
-        holder = _taken_by(spec.name, rows, target, tool.source)
+        holder = _taken_by(spec.name, rows, target, source=server.source, own=tool.pk)
         if holder is not None:
             report.rejected[link.server_name] = (
                 f"the name {spec.name!r} is taken by {holder}; it keeps the name {tool.name!r}"
@@ -314,7 +325,7 @@ def _update(
         else:
             report.renamed.append(f"{tool.name} -> {spec.name}")
             rows.pop(tool.name.casefold(), None)
-            rows[spec.name.casefold()] = (spec.name, tool.source, tool.pk)
+            rows[spec.name.casefold()] = (spec.name, server.source, tool.pk)
             fields["name"] = spec.name
             # The name is part of the pinned definition: the pin follows the rename.
             spec_digest = _renamed_digest(link, spec.name)
