@@ -49,7 +49,6 @@ __all__ = [
 logger = logging.getLogger("tool_calling.mcp")
 
 _CALLBACK_CACHE_SIZE = 1024
-_CONNECT_TIMEOUT = 10.0  # seconds to start a server and finish the handshake, at most
 
 
 def sdk() -> ModuleType:
@@ -189,7 +188,8 @@ def _make_provider(server: models.McpServer, config: dict[str, Any]) -> McpToolC
         transport,
         name=server.alias,
         request_timeout=config["request_timeout"],
-        connect_timeout=min(float(config["request_timeout"]), _CONNECT_TIMEOUT),
+        # Starting a server (npx may fetch a package first) is bounded by the same timeout.
+        connect_timeout=float(config["request_timeout"]),
         errlog=_errlog(),
     )
     return core.McpToolCallbackProvider(connection, prefix=server.prefix)  # type: ignore[no-any-return]
