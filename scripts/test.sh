@@ -59,11 +59,31 @@ if [ $# -eq 0 ]; then
 fi
 # --- Celery tier -- end ---------------------------------------------------------------------------
 
+# --- MCP conformance (issue 13): the official suite against McpToolServer and our /mcp/ -- begin
+# Runs only with no arguments (the whole suite), as a step of its own (about half a minute): the
+# @modelcontextprotocol/conformance client against the core adapter (tests/mcp/test_conformance.py)
+# and against /mcp/ of the example project's ASGI app (tests/mcp/test_django_conformance.py).
+# Expected failures, with their reasons: tests/mcp/conformance-baseline.yml. The main pytest run
+# below leaves these two files out, so each runs once.
+conformance_skip=()
+if [ $# -eq 0 ]; then
+    echo "== pytest: MCP conformance suite (McpToolServer, and /mcp/ of the example project)"
+    .venv/bin/python -m pytest -q tests/mcp/test_conformance.py tests/mcp/test_django_conformance.py \
+        || conformance_status=$?
+    conformance_skip=(--ignore=tests/mcp/test_conformance.py
+        --ignore=tests/mcp/test_django_conformance.py)
+fi
+# --- MCP conformance -- end -----------------------------------------------------------------------
+
 echo "== pytest"
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
+.venv/bin/python -m pytest "${conformance_skip[@]}" "$@" || status=$?
 if [ "${celery_status:-0}" -ne 0 ]; then
     echo "The Celery tier failed (exit ${celery_status}); see its output above." >&2
     [ "$status" -ne 0 ] || status=$celery_status
+fi
+if [ "${conformance_status:-0}" -ne 0 ]; then
+    echo "The MCP conformance suite failed (exit ${conformance_status}); see its output above." >&2
+    [ "$status" -ne 0 ] || status=$conformance_status
 fi
 exit "$status"

@@ -35,6 +35,9 @@ LAYERS = [
     ("tool_calling._lease", 2),
     ("tool_calling.checks", 3),
     ("tool_calling.models", 3),
+    ("tool_calling.mcp", 3.5),
+    ("tool_calling.mcp.clients", 3.5),
+    ("tool_calling.mcp.mirror", 4),
     ("tool_calling.audit", 4),
     ("tool_calling.repositories", 4),
     ("tool_calling.resolvers", 4),
@@ -58,6 +61,7 @@ LAYERS = [
     ("tool_calling.runs.receivers", 8.2),
     ("tool_calling.runs.sweeper", 8.2),
     ("tool_calling.tasks", 9),
+    ("tool_calling.mcp.serving", 9.5),
     ("tool_calling.api", 10),
     ("tool_calling.admin", 10),
     ("tool_calling.management", 10),
@@ -68,8 +72,14 @@ LAYERS = [
 ]
 
 # Imports allowed inside a function body: an AppConfig's ready() registers checks, receivers
-# and tasks.
-FUNCTION_IMPORTS_ALLOWED: set[tuple[str, str]] = set()
+# and tasks; and the lazy imports below.
+FUNCTION_IMPORTS_ALLOWED = {
+    # Lazy heavy SDK imports (STYLE rule 27): the mcp SDK takes seconds to import and is
+    # optional, and resolvers import tool_calling.mcp.clients in every process.
+    ("tool_calling.mcp.clients", "sdk"),
+    # After django.setup(): the MCP endpoint reads models, which need the app registry.
+    ("tool_calling.asgi", "with_mcp"),
+}
 
 
 def allowed_in_function(module: str, function: str | None) -> bool:

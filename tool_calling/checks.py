@@ -31,6 +31,8 @@ tool_calling.E014   ``TOOL_SEARCH["INDEX"]`` is ``PostgresToolIndex`` but the de
                     not PostgreSQL.
 tool_calling.E015   ``ARGUMENT_AUGMENTATION["TYPE"]`` is not an object type with fields (a
                     pydantic model, dataclass or TypedDict).
+tool_calling.E016   ``MCP["ALLOWED_HOSTS"]`` is not a list of host names, or
+                    ``MCP["ALLOWED_ORIGINS"]`` is neither None nor a list of origins.
 =================== =======================================================================
 """
 
@@ -106,6 +108,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _check_visibility_timeout(values["EXECUTION"])
     errors += _check_tool_search(values["TOOL_SEARCH"])
     errors += _check_augmentation(values["ARGUMENT_AUGMENTATION"])
+    errors += _check_mcp(values["MCP"])
     return errors
 
 
@@ -582,3 +585,37 @@ def _check_augmentation(augmentation: Mapping[str, Any]) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _check_mcp(mcp: Mapping[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    hosts = mcp["ALLOWED_HOSTS"]
+    if (
+        isinstance(hosts, str)
+        or not isinstance(hosts, Sequence)
+        or not all(isinstance(host, str) and host.strip() for host in hosts)
+    ):
+        errors.append(
+            Error(
+                f"The value of '{_path('MCP', 'ALLOWED_HOSTS')}' must be a list of host names.",
+                hint="E.g. ['127.0.0.1', 'localhost', 'mcp.example.com'] ('name' allows any "
+                "port, 'name:port' one port, '*' any host: only behind a proxy that checks it).",
+                id="tool_calling.E016",
+            )
+        )
+    origins = mcp["ALLOWED_ORIGINS"]
+    if origins is not None and (
+        isinstance(origins, str)
+        or not isinstance(origins, Sequence)
+        or not all(isinstance(o, str) and "://" in o for o in origins)
+    ):
+        errors.append(
+            Error(
+                f"The value of '{_path('MCP', 'ALLOWED_ORIGINS')}' must be None or a list of "
+                "origins.",
+                hint="E.g. ['https://ide.example.com', 'http://localhost:*'], or None to accept "
+                "the http(s) origins of ALLOWED_HOSTS.",
+                id="tool_calling.E016",
+            )
+        )
+    return errors

@@ -19,9 +19,9 @@ and reads them as attributes::
     settings.LIMITS["MAX_CALLS_PER_TOOL_DEFAULT"]  # 40, the default: LIMITS was merged
 
 Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``API``, ``APPROVALS``,
-``TOOL_SEARCH``, ``ARGUMENT_AUGMENTATION``) are merged one level deep with their defaults, so
-overriding one limit keeps the others. Unlike Django REST framework, which replaces a
-dict-valued setting whole. Values one level further
+``TOOL_SEARCH``, ``ARGUMENT_AUGMENTATION``, ``MCP``) are merged one level deep with their
+defaults, so overriding one limit keeps the others. Unlike Django REST framework, which replaces
+a dict-valued setting whole. Values one level further
 down (``LIMITS["MAX_CALLS_PER_TOOL"]``, ``CHAT_MODEL["OPTIONS"]``) are taken as given.
 
 Keys listed in ``IMPORT_STRINGS`` (``AUDIT_REDACTOR``, ``EXCEPTION_PROCESSOR``) take a dotted
@@ -224,6 +224,17 @@ DEFAULTS: dict[str, Any] = {
         # Whether the user whose turn made a call may approve it (staff testing their own
         # tools). False = four eyes: someone else must approve; anyone may still deny.
         "ALLOW_SELF_APPROVAL": True,
+    },
+    # --- MCP server (tool_calling.mcp.serving: /mcp/ of tool_calling.asgi.with_mcp) ---------
+    "MCP": {
+        # Host header values the /mcp/ endpoint accepts (421 otherwise): "name" (any port),
+        # "name:port", or "*" (any; only behind a proxy that checks Host). Loopback only by
+        # default, against DNS rebinding.
+        "ALLOWED_HOSTS": ["127.0.0.1", "localhost", "[::1]"],
+        # Origin header values it accepts (403 otherwise; requests without Origin pass):
+        # "scheme://host[:port]" or "scheme://host:*". None = the http(s) origins whose host
+        # passes ALLOWED_HOSTS.
+        "ALLOWED_ORIGINS": None,
     },
 }
 

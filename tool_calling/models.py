@@ -1,12 +1,15 @@
-"""Governance and history models: tools, limit overrides, conversations, messages, audit."""
+"""Governance and history models: tools, limit overrides, conversations, messages, audit, MCP."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -741,3 +744,315 @@ class PendingApproval(ToolExecution):
         verbose_name = _("call awaiting approval")
         verbose_name_plural = _("calls awaiting approval")
         default_permissions = ()
+
+
+# --- MCP servers (issue 13) -----------------------------------------------------------------------
+
+MCP_ALIAS_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,31}"
+"""An alias or name prefix: it starts tool names, so it follows the MCP tool name rule."""
+
+ENVIRONMENT_VARIABLE_PATTERN = r"[A-Z_][A-Z0-9_]{0,63}"
+"""The name of an environment variable (never its value): upper case, as names are by
+convention, which also turns away most pasted secrets (tokens mix cases and symbols)."""
+
+
+class McpTransport(models.TextChoices):
+    """How an MCP server is reached."""
+
+    STDIO = "stdio", _("stdio (a subprocess)")
+    STREAMABLE_HTTP = "streamable_http", _("Streamable HTTP (a URL)")
+
+
+class McpServer(models.Model):
+    """An MCP server whose tools are mirrored into ``Tool`` and governed like local tools.
+
+    Secrets are never stored: ``env`` and ``headers`` map each variable or header to the *name*
+    of an environment variable of the processes that connect (web, workers), read when they
+    connect.
+    """
+
+    alias = models.CharField(
+        _("alias"),
+        max_length=32,
+        unique=True,
+        validators=[
+            RegexValidator(
+                f"^{MCP_ALIAS_PATTERN}$",
+                _(
+                    "An alias is 1-32 letters, digits, '_', '.' or '-', starting with a letter "
+                    "or a digit."
+                ),
+            )
+        ],
+        help_text=_(
+            "The server's name here: its tools have source 'mcp:<alias>' and, unless a name "
+            "prefix is set, names starting with '<alias>_'."
+        ),
+    )
+    transport = models.CharField(
+        _("transport"), max_length=32, choices=McpTransport.choices, default=McpTransport.STDIO
+    )
+    command = models.CharField(
+        _("command"),
+        max_length=500,
+        blank=True,
+        help_text=_("stdio: the executable that starts the server (looked up on PATH)."),
+    )
+    args = models.JSONField(
+        _("arguments"),
+        default=list,
+        blank=True,
+        help_text=_('stdio: the command\'s arguments, a JSON list of strings, e.g. ["--local"].'),
+    )
+    env = models.JSONField(
+        _("environment"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "stdio: variables for the server process, each mapped to the NAME of an environment "
+            'variable of this process (upper case), e.g. {"GITHUB_TOKEN": "MCP_GITHUB_TOKEN"}. '
+            "Never a value: secrets stay in the environment."
+        ),
+    )
+    url = models.URLField(
+        _("URL"),
+        max_length=500,
+        blank=True,
+        help_text=_("Streamable HTTP: the server's MCP endpoint, e.g. https://example.com/mcp."),
+    )
+    headers = models.JSONField(
+        _("headers"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "Streamable HTTP: headers sent with every request, each mapped to the NAME of an "
+            'environment variable holding its whole value, e.g. {"Authorization": '
+            '"MCP_SEARCH_AUTHORIZATION"}. Never a value.'
+        ),
+    )
+    enabled = models.BooleanField(
+        _("enabled"),
+        default=True,
+        help_text=_("A disabled server's tools are never offered and never run."),
+    )
+    name_prefix = models.CharField(
+        _("name prefix"),
+        max_length=32,
+        blank=True,
+        validators=[
+            RegexValidator(
+                f"^{MCP_ALIAS_PATTERN}$",
+                _(
+                    "A name prefix is 1-32 letters, digits, '_', '.' or '-', starting with a "
+                    "letter or a digit."
+                ),
+            )
+        ],
+        help_text=_(
+            "Tool names are '<prefix>_<name on the server>'; blank uses the alias. Two servers "
+            "never share a prefix, so their tools never share a name."
+        ),
+    )
+    timeout = models.PositiveIntegerField(
+        _("timeout (seconds)"),
+        default=30,
+        validators=[MinValueValidator(1)],
+        help_text=_(
+            "Longest wait for one request to the server (a call, a page of its tool list), "
+            "connecting included; a tool's own timeout, if set, bounds its calls instead."
+        ),
+    )
+    context_keys = models.JSONField(
+        _("context keys sent"),
+        default=list,
+        blank=True,
+        help_text=_(
+            "Keys of the tool context sent to the server with each call (as _meta), e.g. "
+            '["conversation_id"]. None by default: the server learns nothing about the user.'
+        ),
+    )
+    allowed_groups = models.ManyToManyField(
+        "auth.Group",
+        verbose_name=_("allowed groups"),
+        blank=True,
+        related_name="+",
+        help_text=_(
+            "Only members of these groups may use the server's tools (on top of each tool's own "
+            "groups); none selected = everyone the tool allows."
+        ),
+    )
+    last_synced_at = models.DateTimeField(_("last synced"), null=True, blank=True, editable=False)
+    last_sync_error = models.TextField(
+        _("last sync error"),
+        blank=True,
+        editable=False,
+        help_text=_("Why the last sync could not list the server's tools; blank when it could."),
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("MCP server")
+        verbose_name_plural = _("MCP servers")
+        ordering = ["alias"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(timeout__gte=1), name="tc_mcpserver_timeout_positive"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.alias
+
+    @property
+    def prefix(self) -> str:
+        """What the names of the server's tools start with (before ``_``)."""
+        return self.name_prefix or self.alias
+
+    @property
+    def source(self) -> str:
+        """The ``Tool.source`` of the server's tools: ``mcp:<alias>``."""
+        return f"mcp:{self.alias}"
+
+    def clean(self) -> None:
+        """Check what the transport needs, and that env and headers name variables."""
+        errors: dict[str, Any] = {}
+        if self.transport == McpTransport.STDIO:
+            if not self.command:
+                errors["command"] = _("A stdio server needs the command that starts it.")
+            if self.url:
+                errors["url"] = _("A stdio server has no URL; clear it or choose Streamable HTTP.")
+            if self.headers:
+                errors["headers"] = _("Headers are for Streamable HTTP servers; clear them.")
+        elif self.transport == McpTransport.STREAMABLE_HTTP:
+            if not self.url:
+                errors["url"] = _("A Streamable HTTP server needs its MCP endpoint URL.")
+            if self.command or self.args or self.env:
+                errors["command"] = _(
+                    "Command, arguments and environment are for stdio servers; clear them."
+                )
+            if self.url and urlsplit(self.url).password is not None:
+                errors["url"] = _(
+                    "The URL carries a password: put credentials in a header instead, named "
+                    'by an environment variable ({"Authorization": "MCP_TOKEN"}).'
+                )
+        if not isinstance(self.args, list) or not all(isinstance(a, str) for a in self.args):
+            errors["args"] = _('The arguments must be a JSON list of strings, e.g. ["--local"].')
+        for field in ("env", "headers"):
+            problem = _variable_names_problem(getattr(self, field))
+            if problem:
+                errors[field] = problem
+        keys = self.context_keys
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+            errors["context_keys"] = _(
+                'The context keys must be a JSON list of key names, e.g. ["conversation_id"].'
+            )
+        if "name_prefix" not in errors and "alias" not in errors and self.alias:
+            clash = (
+                McpServer.objects.exclude(pk=self.pk)
+                .filter(
+                    models.Q(name_prefix=self.prefix) | models.Q(name_prefix="", alias=self.prefix)
+                )
+                .values_list("alias", flat=True)
+                .first()
+            )
+            if clash is not None:
+                errors["name_prefix"] = _(
+                    "The MCP server %(other)r already names its tools '%(prefix)s_...'; choose "
+                    "another prefix so the tools of the two servers keep apart."
+                ) % {"other": clash, "prefix": self.prefix}
+        if errors:
+            raise ValidationError(errors)
+
+
+def _variable_names_problem(mapping: Any) -> Any:
+    """Why ``mapping`` is not ``{name: ENVIRONMENT_VARIABLE_NAME}``; ``None`` when it is."""
+    if not isinstance(mapping, dict):
+        return _('Give a JSON object of names, e.g. {"TOKEN": "MCP_TOKEN"}.')
+    pattern = re.compile(ENVIRONMENT_VARIABLE_PATTERN)
+    for key, value in mapping.items():
+        if not isinstance(value, str) or pattern.fullmatch(value) is None:
+            return _(
+                "%(key)r must name an environment variable (upper-case letters, digits and '_', "
+                "e.g. MCP_TOKEN), not give its value: secrets are never stored here, only the "
+                "name of the variable that holds them."
+            ) % {"key": key}
+    return None
+
+
+class McpServerTool(models.Model):
+    """The link of a ``Tool`` to the MCP server tool it mirrors, with its pinned definition.
+
+    The approved definition is the ``Tool``'s name, description and input schema plus the
+    title, output schema and annotations here; ``Tool.schema_hash`` is its SHA-256. When the
+    server lists something else, the tool is disabled and does not run until an operator
+    approves the new definition (``listed``).
+    """
+
+    server = models.ForeignKey(
+        McpServer, on_delete=models.CASCADE, related_name="tools", verbose_name=_("MCP server")
+    )
+    tool = models.OneToOneField(
+        Tool, on_delete=models.CASCADE, related_name="mcp", verbose_name=_("tool")
+    )
+    server_name = models.CharField(
+        _("name on the server"),
+        max_length=500,
+        help_text=_("What the server calls the tool (the model sees the tool's name)."),
+    )
+    title = models.CharField(_("title"), max_length=500, blank=True)
+    output_schema = models.JSONField(_("output schema"), null=True, blank=True)
+    annotations = models.JSONField(
+        _("annotations"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "The server's hints (readOnlyHint, destructiveHint, ...): shown, never trusted. A "
+            "tool that claims to be read-only still needs approval if its tool requires it."
+        ),
+    )
+    changed = models.BooleanField(
+        _("changed on the server"),
+        default=False,
+        help_text=_(
+            "The server now describes the tool differently from the approved definition: it "
+            "does not run until an operator approves the new one."
+        ),
+    )
+    listed = models.JSONField(
+        _("definition listed by the server"),
+        default=dict,
+        blank=True,
+        editable=False,
+        help_text=_("While changed: what the server lists now, waiting for approval."),
+    )
+    listed_hash = models.CharField(_("listed hash"), max_length=64, blank=True, editable=False)
+    changed_at = models.DateTimeField(_("changed"), null=True, blank=True, editable=False)
+    enabled_before_change = models.BooleanField(
+        _("enabled before the change"),
+        default=False,
+        editable=False,
+        help_text=_("Approving the new definition enables the tool again if it was enabled."),
+    )
+    approved_at = models.DateTimeField(_("approved"), null=True, blank=True, editable=False)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        editable=False,
+        verbose_name=_("approved by"),
+        help_text=_("Who approved the current definition; empty for the first sync."),
+    )
+
+    class Meta:
+        verbose_name = _("MCP tool")
+        verbose_name_plural = _("MCP tools")
+        ordering = ["server", "server_name"]
+        constraints = [
+            models.UniqueConstraint(fields=["server", "server_name"], name="tc_mcptool_server_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server.alias}: {self.server_name}"

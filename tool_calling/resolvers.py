@@ -1,4 +1,4 @@
-"""Governance over the registry: which tools a user may use, and their effective limits."""
+"""Governance over the registry and MCP servers: which tools a user may use, and their limits."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.db.models import (
     Exists,
     ExpressionWrapper,
     OuterRef,
+    Q,
     QuerySet,
     Subquery,
     Value,
@@ -23,6 +24,7 @@ from tool_calling.core.execution.resolvers import ToolCallbackResolver
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
+from tool_calling.mcp import clients as mcp_clients
 from tool_calling.registry import ToolRegistry, registry
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "approval_required",
     "approval_required_of_call",
     "effective_limits",
+    "installed_callback",
     "is_available_to",
 ]
 
@@ -40,31 +43,66 @@ def _user_groups(user: Any) -> QuerySet[Group]:
     return Group.objects.filter(user=user.pk)
 
 
+def _group_rules(groups: Any) -> tuple[Any, Any]:
+    """``(allowed by the tool's groups, allowed by its MCP server's groups)`` for ``groups``.
+
+    Conditions on ``Tool`` rows: a tool (a server) with no allowed groups is open to everyone;
+    otherwise to members of one of its groups. ``groups`` is a subquery of the user's groups,
+    or ``None`` for an anonymous user (a member of none).
+    """
+    through = models.Tool.allowed_groups.through
+    restricted = Exists(through.objects.filter(tool_id=OuterRef("pk")))
+    server_through = models.McpServer.allowed_groups.through
+    server = server_through.objects.filter(mcpserver__tools__tool_id=OuterRef("pk"))
+    if groups is None:
+        return ~restricted, ~Exists(server)
+    member = Exists(through.objects.filter(tool_id=OuterRef("pk"), group_id__in=groups))
+    server_member = Exists(server.filter(group_id__in=groups))
+    return ~restricted | member, ~Exists(server) | server_member
+
+
 def _usable(user: Any) -> Any:
     """A condition on ``Tool`` rows: their allowed groups let ``user`` use them.
 
     A tool with no allowed groups is open to everyone; otherwise to superusers and members of
-    one of its groups. Enablement is not part of it (callers filter on it or read it).
+    one of its groups. A tool of an MCP server also needs the server's allowed groups to let
+    the user in, in the same way. Enablement is not part of it (callers filter on it or read
+    it).
     """
-    through = models.Tool.allowed_groups.through
-    restricted = Exists(through.objects.filter(tool_id=OuterRef("pk")))
-    if user is None or not getattr(user, "is_authenticated", False):
-        return ~restricted
-    if getattr(user, "is_superuser", False):
+    if getattr(user, "is_superuser", False) and getattr(user, "is_authenticated", False):
         return Value(True)
-    member = Exists(through.objects.filter(tool_id=OuterRef("pk"), group_id__in=_user_groups(user)))
-    return ExpressionWrapper(~restricted | member, BooleanField())
+    anonymous = user is None or not getattr(user, "is_authenticated", False)
+    by_tool, by_server = _group_rules(None if anonymous else _user_groups(user))
+    return ExpressionWrapper(by_tool & by_server, BooleanField())
+
+
+_MCP_READY = ~Q(mcp__changed=True) & ~Q(mcp__server__enabled=False)
+"""A condition on ``Tool`` rows: not an MCP tool held back (definition changed on the server,
+pending re-approval; or its server disabled). Local tools pass."""
+
+
+def _mcp_ready(row: models.Tool) -> bool:
+    """:data:`_MCP_READY` of a row loaded with ``mcp__server`` (``select_related``)."""
+    try:
+        link = row.mcp
+    except models.McpServerTool.DoesNotExist:
+        return True
+    return not link.changed and link.server.enabled
 
 
 def approval_required(name: str, user: Any = None) -> bool | None:
     """Whether calls of tool ``name`` need approval; ``None`` when ``user`` may not use it now.
 
-    ``None`` unless the ``Tool`` row is enabled, present and allowed for ``user``.
+    ``None`` unless the ``Tool`` row is enabled, present and allowed for ``user`` (and, for a
+    tool of an MCP server, its definition is approved as the server lists it and the server is
+    enabled).
 
     One query, read at call time: the re-check before a call runs (an operator may have changed
     the tool since the turn's snapshot).
     """
-    tools = models.Tool.objects.filter(_usable(user), name=name, enabled=True, missing=False)
+    tools = models.Tool.objects.filter(
+        _usable(user), _MCP_READY, name=name, enabled=True, missing=False
+    )
     found = list(tools.values_list("requires_approval", flat=True)[:1])
     return None if not found else bool(found[0])
 
@@ -75,16 +113,16 @@ def approval_required_of_call() -> Subquery:
     ``ToolExecution.objects.annotate(needs_approval=approval_required_of_call())`` reads the
     re-check with the call itself (one query): ``None`` when the call's user may not use its
     tool now, else whether the tool requires approval. The same rules as
-    :func:`approval_required` (a deleted user counts as anonymous).
+    :func:`approval_required`, in SQL (a deleted user counts as anonymous).
     """
-    through = models.Tool.allowed_groups.through
+    # The call's user, seen from the Tool subquery (two levels down) and from the group
+    # subqueries inside its conditions (three levels down).
     user = OuterRef(OuterRef("user_id"))
-    restricted = Exists(through.objects.filter(tool_id=OuterRef("pk")))
-    member = Exists(through.objects.filter(tool_id=OuterRef("pk"), group__user=user))
+    by_tool, by_server = _group_rules(Group.objects.filter(user=OuterRef(user)))
     superuser = Exists(get_user_model().objects.filter(pk=user, is_superuser=True))
-    usable = ExpressionWrapper(~restricted | member | superuser, BooleanField())
+    usable = ExpressionWrapper(superuser | (by_tool & by_server), BooleanField())
     tools = models.Tool.objects.filter(
-        usable, name=OuterRef("tool_name"), enabled=True, missing=False
+        usable, _MCP_READY, name=OuterRef("tool_name"), enabled=True, missing=False
     ).values("requires_approval")[:1]
     return Subquery(tools, output_field=BooleanField())
 
@@ -125,22 +163,36 @@ class GovernedTools:
     """A snapshot, taken once per turn, of the tools a user may use and their limits.
 
     A tool is available when it is registered in code, has a ``Tool`` row that is enabled and
-    not missing, and either has no allowed groups or shares one with the user.
+    not missing, and either has no allowed groups or shares one with the user. The tools of MCP
+    servers (``Tool`` rows linked to an ``McpServer``) are available on the same terms, as long
+    as their server is enabled and allows the user, and the definition the server lists is the
+    approved one; their callbacks call the server with the approved (pinned) definition. A
+    registered tool always wins over a remote tool of the same name.
     """
 
-    def __init__(self, user: Any = None, tool_registry: ToolRegistry | None = None) -> None:
+    def __init__(
+        self,
+        user: Any = None,
+        tool_registry: ToolRegistry | None = None,
+        *,
+        only: str | None = None,
+    ) -> None:
         self.user = user
         self.registry = registry if tool_registry is None else tool_registry
-        # One query: the rows, their limit overrides, and whether the user's groups allow them.
+        remote = Q(mcp__isnull=False) if only is None else Q(mcp__isnull=False, name=only)
+        # One query: the rows, their limit overrides, their MCP server if any, and whether the
+        # user's groups allow them.
         rows = (
-            models.Tool.objects.filter(name__in=list(self.registry))
-            .select_related("limit_override")
+            models.Tool.objects.filter(Q(name__in=list(self.registry)) | remote)
+            .select_related("limit_override", "mcp__server")
             .annotate(usable=_usable(user))
         )
         self.rows: dict[str, models.Tool] = {row.name: row for row in rows}
-        """The ``Tool`` rows of the registered tools, by name (any state)."""
+        """The ``Tool`` rows of the registered tools and of MCP servers' tools, by name (any
+        state)."""
         self.available: dict[str, ToolCallback] = {}
-        """The callbacks ``user`` may use now, in registry order."""
+        """The callbacks ``user`` may use now: registered tools in registry order, then the
+        tools of MCP servers by name."""
         for name in self.registry:
             row = self.rows.get(name)
             if row is None or not row.is_available or not getattr(row, "usable", False):
@@ -150,6 +202,12 @@ class GovernedTools:
                 if callback.metadata.return_direct != row.return_direct:
                     callback = OperatorSettingsToolCallback(callback, row.return_direct)
                 self.available[name] = callback
+        for name in sorted(self.rows):
+            row = self.rows[name]
+            if name in self.registry or not row.is_available or not getattr(row, "usable", False):
+                continue
+            if _mcp_ready(row):
+                self.available[name] = mcp_clients.server_tool_callback(row.mcp)
 
     def callbacks(self, names: list[str] | None = None) -> list[ToolCallback]:
         """The available callbacks (only ``names``, if given), in registry order."""
@@ -200,7 +258,10 @@ def effective_limits(base: ToolCallLimits, rows: Any = None) -> ToolCallLimits:
 
 
 class DatabaseToolCallbackResolver(ToolCallbackResolver):
-    """Resolves names to registered tools that are enabled, present and allowed for ``user``."""
+    """Resolves names to tools that are enabled, present and allowed for ``user``.
+
+    Registered tools, and the tools of MCP servers, on the terms of :class:`GovernedTools`.
+    """
 
     def __init__(self, user: Any = None, tool_registry: ToolRegistry | None = None) -> None:
         self.user = user
@@ -208,9 +269,26 @@ class DatabaseToolCallbackResolver(ToolCallbackResolver):
 
     def resolve(self, tool_name: str) -> ToolCallback | None:
         """Return the callback if ``user`` may use the tool now, else ``None``."""
-        if tool_name not in self.registry:
-            return None
-        return GovernedTools(self.user, _single(self.registry, tool_name)).available.get(tool_name)
+        governed = GovernedTools(self.user, _single(self.registry, tool_name), only=tool_name)
+        return governed.available.get(tool_name)
+
+
+def installed_callback(name: str) -> ToolCallback | None:
+    """The callback that runs tool ``name`` in this process, governance aside.
+
+    The registry's tool, else the approved definition of an MCP server's tool (one query);
+    ``None`` when neither exists. Callers re-check governance before they run it (a worker
+    runs ``calls.running.run_governed_call``).
+    """
+    callback = registry.get(name)
+    if callback is not None:
+        return callback
+    link = (
+        models.McpServerTool.objects.select_related("tool", "server")
+        .filter(tool__name=name)
+        .first()
+    )
+    return None if link is None else mcp_clients.server_tool_callback(link)
 
 
 def _single(source: ToolRegistry, name: str) -> ToolRegistry:

@@ -107,6 +107,9 @@ def sync_tools(target: ToolRegistry | None = None, *, dry_run: bool = False) -> 
             if not dry_run:
                 models.Tool.objects.filter(pk=tool.pk).update(**fields)
         for name, tool in existing.items():
+            # The tools of MCP servers are mirrored by tool_calling.mcp.mirror, not from code.
+            if tool.source.startswith("mcp:"):
+                continue
             if name not in entries and not tool.missing:
                 report.missing.append(name)
                 if not dry_run:

@@ -10,7 +10,7 @@ from tool_calling.conf import DEFAULTS
 
 ACCEPTED_KEYS = (
     "API, APPROVALS, ARGUMENT_AUGMENTATION, AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, "
-    "CONVERSATION_TURN_TIMEOUT, EXCEPTION_PROCESSOR, EXECUTION, LIMITS, MAX_RESULT_CHARS, "
+    "CONVERSATION_TURN_TIMEOUT, EXCEPTION_PROCESSOR, EXECUTION, LIMITS, MAX_RESULT_CHARS, MCP, "
     "MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, "
     "THROW_EXCEPTION_ON_ERROR, TOOL_CALLING_ADVISOR_AUTO_REGISTER, TOOL_SEARCH"
 )
@@ -677,3 +677,26 @@ def test_e008_the_enabled_flags_must_be_booleans(key):
             id="tool_calling.E008",
         )
     ]
+
+
+def test_e020_mcp_hosts_and_origins_must_be_lists():
+    hosts = """TOOL_CALLING["MCP"]["ALLOWED_HOSTS"]"""
+    origins = """TOOL_CALLING["MCP"]["ALLOWED_ORIGINS"]"""
+    host_error = Error(
+        f"The value of '{hosts}' must be a list of host names.",
+        hint="E.g. ['127.0.0.1', 'localhost', 'mcp.example.com'] ('name' allows any port, "
+        "'name:port' one port, '*' any host: only behind a proxy that checks it).",
+        id="tool_calling.E016",
+    )
+    origin_error = Error(
+        f"The value of '{origins}' must be None or a list of origins.",
+        hint="E.g. ['https://ide.example.com', 'http://localhost:*'], or None to accept the "
+        "http(s) origins of ALLOWED_HOSTS.",
+        id="tool_calling.E016",
+    )
+    assert run({"MCP": {"ALLOWED_HOSTS": "localhost"}}) == [host_error]
+    assert run({"MCP": {"ALLOWED_HOSTS": ["localhost", ""]}}) == [host_error]
+    assert run({"MCP": {"ALLOWED_ORIGINS": "https://ide.example.com"}}) == [origin_error]
+    assert run({"MCP": {"ALLOWED_ORIGINS": ["ide.example.com"]}}) == [origin_error]
+    assert run({"MCP": {"ALLOWED_HOSTS": ["mcp.example.com"], "ALLOWED_ORIGINS": None}}) == []
+    assert run({"MCP": {"ALLOWED_ORIGINS": ["https://ide.example.com"]}}) == []

@@ -805,3 +805,40 @@ def test_s2_the_worker_rechecks_the_tools_groups_for_the_calls_user(who, runs):
     tasks.execute_tool_call(call.pk)
     row = reload(call)
     assert (row.status, RAN) == (("succeeded", [("counted", "a")]) if runs else ("refused", []))
+
+
+@pytest.mark.parametrize(
+    "held_back", ["server disabled", "definition changed", "server groups", "nothing"]
+)
+def test_s2_the_worker_rechecks_an_mcp_tools_server_and_pinning(held_back):
+    """The worker's SQL re-check applies the MCP rules of the snapshot (S2, S18)."""
+    from django.contrib.auth.models import Group
+
+    server = models.McpServer.objects.create(alias="remote", transport="stdio", command="true")
+    tool_row = models.Tool.objects.create(
+        name="remote_lookup", source="mcp:remote", enabled=True, input_schema={"type": "object"}
+    )
+    link = models.McpServerTool.objects.create(server=server, tool=tool_row, server_name="lookup")
+    user = User.objects.create_user("caller")
+    if held_back == "server disabled":
+        models.McpServer.objects.filter(pk=server.pk).update(enabled=False)
+    elif held_back == "definition changed":
+        models.McpServerTool.objects.filter(pk=link.pk).update(changed=True)
+    elif held_back == "server groups":
+        server.allowed_groups.add(Group.objects.create(name="remote users"))
+    call = models.ToolExecution.objects.create(
+        tool=tool_row,
+        tool_name="remote_lookup",
+        status=models.ExecutionStatus.PENDING,
+        mode=models.ExecutionMode.CELERY,
+        user=user,
+        payload={"arguments": "{}", "context": {}},
+    )
+    tasks.execute_tool_call(call.pk)
+    row = reload(call)
+    if held_back == "nothing":
+        # Allowed: the worker goes on to call the server, which is not there.
+        assert row.status == "failed" and "remote" in row.result
+        return
+    assert (row.status, row.is_error) == ("refused", True)
+    assert row.result.startswith("Tool 'remote_lookup' is not available")

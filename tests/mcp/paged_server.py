@@ -5,6 +5,9 @@ and use tame names, so this one does, driven by a JSON state file the test rewri
 
     {"tools": [{"name": ..., "description": ..., "schema": {...}}], "page_size": 10}
 
+(each tool may also have a "title" and "annotations", e.g. {"readOnlyHint": true}; a "label"
+is added to the answers as "server").
+
 Its tools answer with the arguments and the ``_meta`` they received, so a test can see exactly
 what crossed the wire. ``add_tool`` appends a tool to the state file and sends
 ``notifications/tools/list_changed``. ``sleep`` waits ``seconds``.
@@ -33,8 +36,14 @@ def _tools() -> list[types.Tool]:
     tools = [
         types.Tool(
             name=t["name"],
+            title=t.get("title"),
             description=t.get("description", ""),
             input_schema=t.get("schema", {"type": "object"}),
+            annotations=(
+                types.ToolAnnotations.model_validate(t["annotations"])
+                if t.get("annotations")
+                else None
+            ),
         )
         for t in _state()["tools"]
     ]
@@ -83,6 +92,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         await anyio.sleep(float(arguments.get("seconds", 1)))
         return types.CallToolResult(content=[types.TextContent(type="text", text="awake")])
     received = {"tool": params.name, "arguments": arguments, "meta": dict(params.meta or {})}
+    if "label" in _state():
+        received["server"] = _state()["label"]
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=json.dumps(received, sort_keys=True))]
     )

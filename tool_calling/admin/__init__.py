@@ -1,4 +1,4 @@
-"""The governance admin: tools, transcripts, the audit and the approval queue, one module each.
+"""The governance admin: tools, transcripts, the audit, approvals and MCP servers, one module each.
 
 Django's admin autodiscovery imports this package; each module registers its admin.
 """
@@ -6,11 +6,14 @@ Django's admin autodiscovery imports this package; each module registers its adm
 from tool_calling.admin.approvals import ApprovalQueueAdmin
 from tool_calling.admin.conversations import ConversationAdmin
 from tool_calling.admin.executions import ToolExecutionAdmin
+from tool_calling.admin.mcp import McpServerAdmin, McpServerToolAdmin
 from tool_calling.admin.tools import ToolAdmin, ToolLimitOverrideInline
 
 __all__ = [
     "ApprovalQueueAdmin",
     "ConversationAdmin",
+    "McpServerAdmin",
+    "McpServerToolAdmin",
     "ToolAdmin",
     "ToolExecutionAdmin",
     "ToolLimitOverrideInline",

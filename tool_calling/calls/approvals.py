@@ -38,7 +38,7 @@ from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.tools.callback import FunctionToolCallback
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
-from tool_calling.registry import registry
+from tool_calling.resolvers import installed_callback
 from tool_calling.signals import send_on_commit
 
 __all__ = [
@@ -133,7 +133,7 @@ def validate_arguments(name: str, arguments: Any) -> str:
         raise ToolArgumentsError(
             name, f"Arguments for tool {name!r} must not contain NUL characters (\\u0000)."
         )
-    callback = registry.get(name)
+    callback = installed_callback(name)
     if callback is None:
         raise ToolCallingError(f"Tool {name!r} is not installed; its calls cannot be approved.")
     if isinstance(callback, FunctionToolCallback):

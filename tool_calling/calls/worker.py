@@ -24,8 +24,7 @@ from tool_calling.calls.running import CallOutcome, run_governed_call
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.context import ToolContext
-from tool_calling.registry import registry
-from tool_calling.resolvers import approval_required_of_call
+from tool_calling.resolvers import approval_required_of_call, installed_callback
 
 __all__ = [
     "claim",
@@ -127,7 +126,8 @@ def _run(
     ref: lifecycle.CallRef, row: models.ToolExecution, is_soft_timeout: type[BaseException] | None
 ) -> CallOutcome:
     name = row.tool_name
-    callback = registry.get(name)
+    # The registry's tool, or an MCP server's tool as approved (a session of this worker).
+    callback = installed_callback(name)
     if callback is None:
         text = f"Tool {name!r} is not installed on the worker that took the call."
         return CallOutcome(S.FAILED, ToolOutcome.failure(text))

@@ -66,7 +66,13 @@ class Command(BaseCommand):
                 raise CommandError(f"No user named {options['user']!r}.") from None
         names = options["tools"]
         if names:
-            unknown = [n for n in names if n not in registry]
+            # Registered tools, and the tools mirrored from MCP servers.
+            remote = set(
+                models.McpServerTool.objects.filter(tool__name__in=names).values_list(
+                    "tool__name", flat=True
+                )
+            )
+            unknown = [n for n in names if n not in registry and n not in remote]
             if unknown:
                 raise CommandError(
                     f"Unknown tool(s): {', '.join(unknown)}. "

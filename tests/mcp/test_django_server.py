@@ -1,0 +1,326 @@
+"""Our governed tools at ``/mcp/`` of the example project's ASGI app, driven by the official
+``mcp`` client (issue 13 items 4 and 5; S17).
+
+The app is ``tool_calling.asgi.with_mcp(get_asgi_application())``, as project/asgi.py builds
+it, under uvicorn on a thread (lifespan on). Users authenticate with DRF tokens; what they list
+and call is the admin's governance; every call is a ``ToolExecution`` row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import httpx
+import httpx2
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import override_settings
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from rest_framework.authtoken.models import Token
+
+from tests.django._tools import registered, tool_calling_settings
+from tool_calling import ToolContext, models, tool
+from tool_calling.asgi import get_asgi_application, with_mcp
+from tool_calling.exceptions import ToolFailure
+from tool_calling.mcp.serving import approval_text
+
+from ._servers import UvicornThread
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+T = TypeVar("T")
+S = models.ExecutionStatus
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+DROPPED: list[str] = []
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+def drop_tables() -> str:
+    """Drop every table (admins only)."""
+    DROPPED.append("dropped")
+    return "dropped"
+
+
+@tool
+def cancel_order(order_id: str) -> str:
+    """Cancel an order."""
+    raise ToolFailure(f"Order {order_id!r} is already shipped; it cannot be cancelled.")
+
+
+@tool
+def wire_money(amount: int) -> str:
+    """Send money (a person approves each call)."""
+    DROPPED.append(f"wired {amount}")
+    return "sent"
+
+
+@tool
+def whoami(context: ToolContext) -> str:
+    """Say who calls, from the tool context."""
+    return f"user {context['user_id']} in {context['mcp_session'][:5]}..."
+
+
+@pytest.fixture(autouse=True)
+def _tools() -> Iterator[None]:
+    """This module's tools in the project registry, with their ``Tool`` rows."""
+    with registered(add, drop_tables, cancel_order, wire_money, whoami):
+        yield
+
+
+@pytest.fixture
+def people() -> dict[str, str]:
+    """alice (group admins) and bob (no group), with their DRF tokens; the tools governed."""
+    DROPPED.clear()
+    admins = Group.objects.create(name="admins")
+    alice = User.objects.create_user("alice")
+    alice.groups.add(admins)
+    bob = User.objects.create_user("bob")
+    models.Tool.objects.filter(name="drop_tables").first().allowed_groups.add(admins)
+    models.Tool.objects.filter(name="wire_money").update(requires_approval=True)
+    return {
+        "alice": Token.objects.create(user=alice).key,
+        "bob": Token.objects.create(user=bob).key,
+    }
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    """The example project's ASGI app with /mcp/, served; yields the MCP endpoint's URL."""
+    with UvicornThread(with_mcp(get_asgi_application())) as server:
+        yield f"http://127.0.0.1:{server.port}/mcp/"
+
+
+def _run(coroutine: Awaitable[T], timeout: float = 30) -> T:
+    return asyncio.run(asyncio.wait_for(coroutine, timeout))  # type: ignore[arg-type]
+
+
+async def _session(url: str, token: str | None, use: Callable[[ClientSession], Awaitable[T]]) -> T:
+    """Open an MCP session with ``token``, run ``use`` on it (its exception raised as is)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    outcome: list[Any] = []
+    async with httpx2.AsyncClient(headers=headers, timeout=20) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                try:
+                    outcome.append(await use(session))
+                except Exception as exc:
+                    outcome.append(exc)
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    return outcome[0]  # type: ignore[no-any-return]
+
+
+def tool_names(url: str, token: str) -> list[str]:
+    async def names(session: ClientSession) -> list[str]:
+        return [t.name for t in (await session.list_tools()).tools]
+
+    return _run(_session(url, token, names))
+
+
+def calls(url: str, token: str, *requests: tuple[str, dict[str, Any]]) -> list[Any]:
+    """Make ``requests`` (name, arguments) in one session; their results, in order."""
+
+    async def make(session: ClientSession) -> list[Any]:
+        return [await session.call_tool(name, arguments) for name, arguments in requests]
+
+    return _run(_session(url, token, make))
+
+
+def text_of(result: Any) -> tuple[str, bool]:
+    return result.content[0].text, bool(result.is_error)
+
+
+def post(url: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.post(url, json=INITIALIZE, headers={**MCP_HEADERS, **(headers or {})}, timeout=20)
+
+
+def test_s17_a_low_privilege_principals_tools_list_excludes_admin_tools(
+    site: str, people: dict[str, str]
+) -> None:
+    demo = sorted(models.Tool.objects.filter(source="demo").values_list("name", flat=True))
+    ours = ["add", "cancel_order", "drop_tables", "wire_money", "whoami"]
+    assert sorted(tool_names(site, people["alice"])) == sorted([*demo, *ours])
+    bob = tool_names(site, people["bob"])
+    assert "drop_tables" not in bob
+    assert sorted(bob) == sorted([*demo, "add", "cancel_order", "wire_money", "whoami"])
+    # A tool an operator disables leaves every list at once.
+    models.Tool.objects.filter(name="add").update(enabled=False)
+    assert "add" not in tool_names(site, people["alice"])
+
+
+def test_a_call_runs_governed_and_is_audited_with_the_user_and_the_mcp_session(
+    site: str, people: dict[str, str]
+) -> None:
+    first, second = calls(site, people["bob"], ("add", {"a": 40, "b": 2}), ("whoami", {}))
+    assert text_of(first) == ("42", False)
+    bob = User.objects.get(username="bob")
+    assert text_of(second)[0].startswith(f"user {bob.pk} in ")
+    rows = list(models.ToolExecution.objects.order_by("pk"))
+    assert [(r.tool_name, r.status, r.user) for r in rows] == [
+        ("add", S.SUCCEEDED, bob),
+        ("whoami", S.SUCCEEDED, bob),
+    ]
+    session = rows[0].tool_call_id.split(":")[1]
+    assert len(session) == 32  # the MCP session id the SDK issued
+    assert [r.tool_call_id for r in rows] == [f"mcp:{session}:1", f"mcp:{session}:2"]
+    assert rows[0].result == "42" and rows[0].conversation is None
+
+
+def test_a_failing_tool_is_an_error_result_and_an_audited_failure(
+    site: str, people: dict[str, str]
+) -> None:
+    [result] = calls(site, people["bob"], ("cancel_order", {"order_id": "A1"}))
+    assert text_of(result) == ("Order 'A1' is already shipped; it cannot be cancelled.", True)
+    [bad] = calls(site, people["bob"], ("add", {"a": "x"}))
+    assert text_of(bad) == (  # field by field, as the model gets it
+        "Invalid arguments for tool 'add':\n- a: Input should be a valid integer\n"
+        "- b: Field required",
+        True,
+    )
+    statuses = list(models.ToolExecution.objects.order_by("pk").values_list("status", flat=True))
+    assert statuses == [S.FAILED, S.FAILED]
+
+
+def test_an_approval_gated_tool_answers_with_a_clear_error_and_never_runs(
+    site: str, people: dict[str, str]
+) -> None:
+    [result] = calls(site, people["alice"], ("wire_money", {"amount": 100}))
+    assert text_of(result) == (approval_text("wire_money"), True)
+    assert approval_text("wire_money") == (
+        "Tool 'wire_money' requires a person's approval before each call, and a call over MCP "
+        "cannot wait for one: it was not run. Use it from a conversation of this project, "
+        "whose background runs wait for approvals."
+    )
+    assert DROPPED == []
+    row = models.ToolExecution.objects.get()
+    assert (row.tool_name, row.status, row.user.username) == ("wire_money", S.REFUSED, "alice")
+
+
+def test_s17_no_token_gets_401(site: str, people: dict[str, str]) -> None:
+    Token.objects.create(user=User.objects.create_user("gone", is_active=False), key="inactive")
+    for headers in (
+        {},
+        {"Authorization": "Bearer not-a-token"},
+        {"Authorization": f"Token {people['bob']}"},  # DRF's scheme is for /api/, not here
+        {"Authorization": "Bearer inactive"},
+    ):
+        response = post(site, headers)
+        assert response.status_code == 401, headers
+        assert response.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+    assert post(site, {"Authorization": f"Bearer {people['bob']}"}).status_code == 200
+
+
+def test_s17_origin_evil_example_gets_403(site: str, people: dict[str, str]) -> None:
+    token = {"Authorization": f"Bearer {people['bob']}"}
+    for origin in ("http://evil.example", "https://evil.example", "null"):
+        response = post(site, {**token, "Origin": origin})
+        assert (response.status_code, response.text) == (403, "Invalid Origin header"), origin
+    port = site.split(":")[2].split("/")[0]
+    assert post(site, {**token, "Origin": f"http://localhost:{port}"}).status_code == 200
+
+
+def test_s17_a_host_outside_the_allow_list_is_refused(site: str, people: dict[str, str]) -> None:
+    token = {"Authorization": f"Bearer {people['bob']}"}
+    response = post(site, {**token, "Host": "evil.example"})
+    assert (response.status_code, response.text) == (421, "Invalid Host header")
+
+
+def test_s17_another_users_token_never_sees_the_first_users_tools(
+    site: str, people: dict[str, str]
+) -> None:
+    alice, bob = people["alice"], people["bob"]
+    opened = post(site, {"Authorization": f"Bearer {alice}"})
+    common = {
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    hijack = httpx.post(
+        site, json=listing, headers={**MCP_HEADERS, **common, "Authorization": f"Bearer {bob}"}
+    )
+    assert hijack.status_code == 404  # alice's session is not bob's
+    with pytest.raises(MCPError, match="^Unknown tool: drop_tables$"):
+        calls(site, bob, ("drop_tables", {}))
+    assert DROPPED == []
+    assert "drop_tables" not in tool_names(site, bob)
+
+
+@pytest.mark.parametrize("behaviour", ["RETURN_ERROR_RESPONSE", "THROW"])
+def test_limits_count_per_mcp_session(site: str, people: dict[str, str], behaviour: str) -> None:
+    """An MCP session is one turn for LIMITS (and the operators' overrides)."""
+    limits = {"MAX_CALLS_PER_TOOL": {"add": 2}, "ON_LIMIT_EXCEEDED": behaviour}
+    breach = (
+        "Tool call limit (2) exceeded for tool 'add'. No further calls to this tool are allowed "
+        "in this turn."
+    )
+    with override_settings(TOOL_CALLING=tool_calling_settings(LIMITS=limits)):
+        one = {"a": 1, "b": 1}
+        results = calls(site, people["bob"], *[("add", one)] * 4)
+        assert [text_of(r) for r in results] == [
+            ("2", False),
+            ("2", False),
+            (breach, True),
+            (breach, True),
+        ]
+        # A new session starts from zero.
+        assert [text_of(r) for r in calls(site, people["bob"], ("add", one))] == [("2", False)]
+    refused = models.ToolExecution.objects.filter(status=S.REFUSED)
+    assert list(refused.values_list("tool_name", flat=True)) == ["add", "add"]
+
+
+def test_other_paths_are_served_by_django(site: str, people: dict[str, str]) -> None:
+    base = site.removesuffix("mcp/")
+    page = httpx.get(f"{base}admin/login/", timeout=20)
+    assert page.status_code == 200 and "Django" in page.text
+    api = httpx.get(
+        f"{base}api/tools/", headers={"Authorization": f"Token {people['bob']}"}, timeout=20
+    )
+    assert api.status_code == 200
+
+
+def _app_with(**mcp: Any) -> Any:
+    """The ASGI app built under ``TOOL_CALLING["MCP"]`` = ``mcp`` (read when it is built)."""
+    with override_settings(TOOL_CALLING=tool_calling_settings(MCP=mcp)):
+        return with_mcp(get_asgi_application())
+
+
+def test_setting_mcp_allowed_hosts_decides_which_host_headers_pass(people: dict[str, str]) -> None:
+    token = {"Authorization": f"Bearer {people['bob']}"}
+    with UvicornThread(_app_with(ALLOWED_HOSTS=["mcp.example.com"])) as server:
+        url = f"http://127.0.0.1:{server.port}/mcp/"
+        assert post(url, {**token, "Host": "mcp.example.com"}).status_code == 200
+        refused = post(url, token)  # Host: 127.0.0.1:PORT, allowed by default, not now
+        assert (refused.status_code, refused.text) == (421, "Invalid Host header")
+
+
+def test_setting_mcp_allowed_origins_decides_which_origins_pass(people: dict[str, str]) -> None:
+    token = {"Authorization": f"Bearer {people['bob']}"}
+    app = _app_with(ALLOWED_ORIGINS=["https://ide.example.com"])
+    with UvicornThread(app) as server:
+        url = f"http://127.0.0.1:{server.port}/mcp/"
+        assert post(url, {**token, "Origin": "https://ide.example.com"}).status_code == 200
+        local = post(url, {**token, "Origin": f"http://localhost:{server.port}"})
+        assert (local.status_code, local.text) == (403, "Invalid Origin header")

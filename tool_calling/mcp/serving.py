@@ -1,0 +1,252 @@
+"""The governed tools served over MCP: per-user tool lists, audited calls, limits per session.
+
+:func:`tool_server` builds one :class:`~tool_calling.core.mcp.McpToolServer` whose
+``tools/list`` is what the user may use now (``GovernedTools``: enabled, present, the user's
+groups) and whose ``tools/call`` runs through the governed manager, exactly as a call the model
+asks for in a turn: re-checked when it runs, inline or on a Celery worker per the tool's
+execution mode, audited as a ``ToolExecution`` row with the user, limited (an MCP session
+counts as one turn for ``LIMITS`` and the operators' overrides). A tool that requires approval
+answers with an error text and never runs: an MCP call cannot wait for a person.
+
+:func:`http_app` serves it over streamable HTTP (``tool_calling.asgi.with_mcp`` mounts it at
+``/mcp/``): every request needs ``Authorization: Bearer <DRF token>``, ``Host`` must be one of
+``MCP["ALLOWED_HOSTS"]`` and ``Origin`` (when sent) one of ``MCP["ALLOWED_ORIGINS"]``.
+:func:`serve_stdio` serves one user over stdin/stdout (``manage.py mcp_serve --user NAME``).
+
+Calls over MCP are audited with ``tool_call_id = "mcp:<session>:<n>"``: the session is the MCP
+session id the SDK issued (``stdio-<id>`` over stdio), ``n`` counts the session's calls.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+from django.db import close_old_connections
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+
+from tool_calling.calls import lifecycle
+from tool_calling.conf import settings as app_settings
+from tool_calling.core.chat.messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResponse,
+    ToolResponseMessage,
+)
+from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
+from tool_calling.core.chat.response import ChatResponse, Generation
+from tool_calling.core.errors import ToolFailure
+from tool_calling.core.execution.limits import ToolCallLimitExceededException
+from tool_calling.core.mcp import McpHttpApp, McpToolServer
+from tool_calling.core.mcp.server import ASGIApp
+from tool_calling.core.tools.definition import ToolDefinition
+from tool_calling.governance import governed_turn
+from tool_calling.resolvers import GovernedTools
+
+__all__ = [
+    "McpPrincipal",
+    "approval_text",
+    "authenticate",
+    "http_app",
+    "serve_stdio",
+    "tool_server",
+]
+
+logger = logging.getLogger("tool_calling.mcp")
+
+T = TypeVar("T")
+
+SESSION_CONTEXT_KEY = "mcp_session"
+"""The tool context key holding the MCP session of a call made over MCP."""
+
+_MAX_SESSIONS = 10_000  # sessions whose calls are counted; the least recently used go first
+_SESSION_IDLE_SECONDS = 3600.0  # the SDK closes a session idle for 30 minutes
+
+
+@dataclass(frozen=True)
+class McpPrincipal:
+    """Who an MCP request is from: the user, and the MCP session it belongs to."""
+
+    user: Any
+    """The authenticated user (the token's)."""
+    session: str = ""
+    """The MCP session id (``stdio-<id>`` over stdio); blank before a session exists."""
+
+
+def _principal_key(principal: McpPrincipal) -> str:
+    # Sessions are bound to users: another user's token never reaches this session.
+    return f"user:{principal.user.pk}"
+
+
+def _with_fresh_connections(function: Callable[..., T]) -> Callable[..., T]:
+    """Run ``function`` (on an anyio worker thread), then give the database connection back."""
+
+    def run(*args: Any) -> T:
+        try:
+            return function(*args)
+        finally:
+            close_old_connections()
+
+    return run
+
+
+def authenticate(headers: Mapping[str, str]) -> McpPrincipal | None:
+    """The principal of an HTTP request: ``Authorization: Bearer <DRF token>`` of an active user.
+
+    ``None`` (401) without that header, with another scheme, or with a token that is unknown or
+    belongs to an inactive user. The token authenticates here and is never sent on: the MCP
+    servers this project calls get their own credentials (``McpServer.headers``).
+    """
+    scheme, _, key = headers.get("authorization", "").partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or " " in key:
+        return None
+    try:
+        user, _token = TokenAuthentication().authenticate_credentials(key)
+    except AuthenticationFailed:
+        return None
+    return McpPrincipal(user, headers.get("mcp-session-id", ""))
+
+
+class _Sessions:
+    """The calls made in each MCP session, as the tool responses the limits count."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: OrderedDict[str, tuple[float, list[ToolResponse]]] = OrderedDict()
+        self._numbers: dict[str, int] = {}
+
+    def _evict(self, now: float) -> None:
+        while self._sessions:
+            key, (seen, _) = next(iter(self._sessions.items()))
+            if len(self._sessions) <= _MAX_SESSIONS and now - seen < _SESSION_IDLE_SECONDS:
+                return
+            del self._sessions[key]
+            self._numbers.pop(key, None)
+
+    def begin(self, key: str) -> tuple[int, list[Message]]:
+        """The next call's number in session ``key``, and the session's calls so far."""
+        now = time.monotonic()
+        with self._lock:
+            _, responses = self._sessions.pop(key, (now, []))
+            self._sessions[key] = (now, responses)
+            number = self._numbers[key] = self._numbers.get(key, 0) + 1
+            self._evict(now)
+            history: list[Message] = [ToolResponseMessage(list(responses))] if responses else []
+        return number, history
+
+    def add(self, key: str, response: ToolResponse) -> None:
+        """Count ``response`` (a call that ran or was answered) in session ``key``."""
+        with self._lock:
+            entry = self._sessions.get(key)
+            if entry is not None:
+                entry[1].append(ToolResponse(response.id, response.name, ""))
+
+
+_sessions = _Sessions()
+
+
+def approval_text(name: str) -> str:
+    """What an MCP client gets for a tool that needs a person's approval before each call."""
+    return (
+        f"Tool {name!r} requires a person's approval before each call, and a call over MCP "
+        "cannot wait for one: it was not run. Use it from a conversation of this project, "
+        "whose background runs wait for approvals."
+    )
+
+
+def _list_tools(principal: McpPrincipal) -> list[ToolDefinition]:
+    return [callback.definition for callback in GovernedTools(principal.user).callbacks()]
+
+
+def _call_tool(
+    principal: McpPrincipal, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]
+) -> str:
+    # ``meta`` is client-controlled: it never decides anything here, and tools do not get it.
+    user = principal.user
+    key = principal.session or f"single-{uuid.uuid4().hex}"
+    number, history = _sessions.begin(key)
+    call = ToolCall(f"mcp:{principal.session or '-'}:{number}", name, json.dumps(arguments))
+    turn = governed_turn(user=user)
+    row = turn.manager.governed.rows.get(name)
+    if row is not None and row.requires_approval:
+        text = approval_text(name)
+        lifecycle.record_refused(call, text, tool=row, user=user)
+        raise ToolFailure(text)
+    context = {**turn.tool_context, SESSION_CONTEXT_KEY: principal.session}
+    prompt = Prompt(
+        history, ToolCallingChatOptions(tool_callbacks=turn.callbacks, tool_context=context)
+    )
+    response = ChatResponse([Generation(AssistantMessage(tool_calls=[call]))])
+    try:
+        result = turn.manager.execute_tool_calls(prompt, response)
+    except ToolCallLimitExceededException as exc:
+        # LIMITS["ON_LIMIT_EXCEEDED"] = "THROW": the call did not run; the session's next calls
+        # breach the same limit.
+        partial = exc.partial_result
+        last = partial.conversation_history[-1] if partial is not None else None
+        if isinstance(last, ToolResponseMessage) and last.responses:
+            raise ToolFailure(last.responses[-1].response_data) from None
+        raise ToolFailure(str(exc)) from None
+    answer = result.conversation_history[-1]
+    if not isinstance(answer, ToolResponseMessage) or not answer.responses:
+        raise RuntimeError(f"The governed manager answered call {call.id!r} with no response.")
+    reply = answer.responses[-1]
+    _sessions.add(key, reply)
+    if reply.is_error:
+        raise ToolFailure(reply.response_data)
+    return reply.response_data
+
+
+def tool_server() -> McpToolServer[McpPrincipal]:
+    """The MCP server of the governed tools (see the module docstring)."""
+    return McpToolServer(
+        list_tools=_with_fresh_connections(_list_tools),
+        call_tool=_with_fresh_connections(_call_tool),
+        name="tool_calling",
+        instructions=(
+            "The tools this project's operators let you use. Calls are audited; a tool that "
+            "needs a person's approval answers with an error instead of running."
+        ),
+    )
+
+
+def http_app(*, fallback: ASGIApp | None = None, path: str = "/mcp/") -> McpHttpApp:
+    """The streamable-HTTP app of :func:`tool_server` at ``path``; other paths to ``fallback``.
+
+    It owns the ASGI lifespan (the SDK's session manager starts there) and never forwards it.
+    Reads ``MCP["ALLOWED_HOSTS"]`` and ``MCP["ALLOWED_ORIGINS"]`` now.
+
+    Raises:
+        ImproperlyConfigured: ``rest_framework.authtoken`` is not installed.
+    """
+    if not apps.is_installed("rest_framework.authtoken"):
+        raise ImproperlyConfigured(
+            "The MCP endpoint authenticates with Django REST framework tokens: add "
+            "'rest_framework.authtoken' to INSTALLED_APPS (and migrate)."
+        )
+    options = app_settings.MCP
+    return tool_server().streamable_http_app(
+        authenticate=_with_fresh_connections(authenticate),
+        allowed_hosts=options["ALLOWED_HOSTS"],
+        allowed_origins=options["ALLOWED_ORIGINS"],
+        path=path,
+        principal_key=_principal_key,
+        fallback=fallback,
+    )
+
+
+def serve_stdio(user: Any) -> None:
+    """Serve the governed tools of ``user`` over this process's stdin and stdout until EOF."""
+    tool_server().serve_stdio(McpPrincipal(user, f"stdio-{uuid.uuid4().hex}"))
