@@ -10,7 +10,7 @@ from typing import Any, TypeVar, overload
 
 from tool_calling.core.errors import ToolDefinitionError
 from tool_calling.core.tools._docstring import parse_docstring
-from tool_calling.core.tools.converter import DEFAULT_CONVERTER, ToolCallResultConverter
+from tool_calling.core.tools.converter import DEFAULT_CONVERT, ToolCallResultConverter
 from tool_calling.core.tools.definition import ToolDefinition, validate_tool_name
 from tool_calling.core.tools.schema import (
     ArgumentsSchema,
@@ -56,6 +56,22 @@ def _origin(function: Any) -> str:
     return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', function)}"
 
 
+def _return_type(function: Callable[..., Any], hints: dict[str, Any] | None) -> Any:
+    """The return annotation as ``typing.get_type_hints`` gives it (``Annotated`` stripped)."""
+    if hints is None or "return" not in hints:
+        return inspect.Signature.empty
+    return_type = hints["return"]
+    if _has_annotated(return_type):
+        return typing.get_type_hints(function)["return"]  # strips Annotated at every depth
+    return return_type
+
+
+def _has_annotated(tp: Any) -> bool:
+    return typing.get_origin(tp) is typing.Annotated or any(
+        _has_annotated(arg) for arg in typing.get_args(tp)
+    )
+
+
 def build_spec(
     function: Callable[..., Any],
     *,
@@ -85,18 +101,22 @@ def build_spec(
     summary, param_docs = parse_docstring(inspect.getdoc(function))
     if description is None:
         description = summary or tool_name.replace("_", " ")
+    # One resolution of the hints serves the return type and the parameters. A failure is
+    # reported by build_arguments_schema (an input-type tool does not need them).
+    hints: dict[str, Any] | None
     try:
-        hints = typing.get_type_hints(function)
+        hints = typing.get_type_hints(function, include_extras=True)
     except Exception:
-        hints = {}
-    return_type = hints.get("return", inspect.Signature.empty)
+        hints = None
+    return_type = _return_type(function, hints)
     reason = unsupported_return(return_type)
     if reason:
         raise ToolDefinitionError(
             f"Tool {tool_name!r} ({origin}): unsupported return type ({reason}); "
             "return a str or a JSON-serialisable value."
         )
-    parameters = list(inspect.signature(function).parameters.values())
+    signature = inspect.signature(function)
+    parameters = list(signature.parameters.values())
     if skip_first is None:
         skip_first = bool(parameters) and parameters[0].name in ("self", "cls")
     passes_context = False
@@ -111,11 +131,16 @@ def build_spec(
         passes_context = len(positional) >= 2
     else:
         arguments = build_arguments_schema(
-            function, tool_name=tool_name, skip_first=skip_first, param_descriptions=param_docs
+            function,
+            tool_name=tool_name,
+            skip_first=skip_first,
+            param_descriptions=param_docs,
+            signature=signature,
+            hints=hints,
         )
     converter: Callable[[Any, Any], str]
     if result_converter is None:
-        converter = DEFAULT_CONVERTER
+        converter = DEFAULT_CONVERT
     elif isinstance(result_converter, ToolCallResultConverter):
         converter = result_converter.convert
     elif callable(result_converter):
@@ -125,8 +150,12 @@ def build_spec(
             f"Tool {tool_name!r} ({origin}): result_converter must be a ToolCallResultConverter "
             f"or a callable (result, return_type) -> str, got {type(result_converter).__name__}."
         )
+    if arguments.json_schema_built:
+        definition = ToolDefinition(tool_name, description, arguments.json_schema)
+    else:
+        definition = ToolDefinition._deferred(tool_name, description, lambda: arguments.json_schema)
     return ToolSpec(
-        definition=ToolDefinition(tool_name, description, arguments.json_schema),
+        definition=definition,
         arguments=arguments,
         return_direct=bool(return_direct),
         converter=converter,

@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import concurrent.futures
+import contextlib
 import copy
+import datetime
+import decimal
 import inspect
 import json
 import re
+import threading
 import types
 import typing
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
@@ -415,35 +420,51 @@ def _check_json_text(tool_name: str, text: str) -> None:
 
 
 class ArgumentsSchema:
-    """The JSON Schema of a tool's arguments and the validator that turns model JSON into kwargs."""
+    """The JSON Schema of a tool's arguments and the validator that turns model JSON into kwargs.
+
+    Either part may be given as a function that builds it: it is then built on first use (under
+    a lock, once). ``build_arguments_schema`` defers only what cannot fail, so every definition
+    error still surfaces when the tool is defined.
+    """
 
     __slots__ = (
-        "_adapter",
-        "_validator",
+        "_flat",
+        "_json_schema",
+        "_make_json_schema",
+        "_make_validator",
         "_none_means_default",
         "_strict",
+        "_validator",
         "context_parameter",
-        "json_schema",
         "parameters",
         "single_argument",
     )
 
     def __init__(
         self,
-        json_schema: JsonSchema,
-        adapter: pydantic.TypeAdapter[Any],
+        json_schema: JsonSchema | Callable[[], JsonSchema],
+        adapter: pydantic.TypeAdapter[Any] | Callable[[], pydantic.TypeAdapter[Any]],
         *,
         parameters: tuple[str, ...] = (),
         context_parameter: str | None = None,
         none_means_default: frozenset[str] = frozenset(),
         single_argument: bool = False,
         strict: bool | None = True,
+        flat: bool = False,
     ) -> None:
-        self.json_schema = json_schema
-        """The JSON Schema sent to the model."""
-        self._adapter = adapter
+        self._json_schema: JsonSchema | None = None
+        self._make_json_schema: Callable[[], JsonSchema] | None = None
+        if callable(json_schema):
+            self._make_json_schema = json_schema
+        else:
+            self._json_schema = json_schema
         # The core validator directly: TypeAdapter.validate_json adds a Python frame per call.
-        self._validator: Any = adapter.validator
+        self._validator: Any = None
+        self._make_validator: Callable[[], pydantic.TypeAdapter[Any]] | None = None
+        if isinstance(adapter, pydantic.TypeAdapter):
+            self._validator = adapter.validator
+        else:
+            self._make_validator = adapter
         self.parameters = parameters
         """Names of the parameters in the schema, in order."""
         self.context_parameter = context_parameter
@@ -452,9 +473,42 @@ class ArgumentsSchema:
         self.single_argument = single_argument
         """True when the function takes one instance of an input type instead of keywords."""
         self._strict = strict
+        # Every parameter is a str, number, bool, None or Literal of those (see _is_flat).
+        self._flat = flat
 
-    def _validate_json(self, text: str) -> Any:
-        return self._validator.validate_json(text, strict=self._strict, **_EXTRA)
+    @property
+    def json_schema(self) -> JsonSchema:
+        """The JSON Schema sent to the model."""
+        schema = self._json_schema
+        if schema is None:
+            with _build_lock:
+                if self._json_schema is None:
+                    assert self._make_json_schema is not None
+                    self._json_schema = self._make_json_schema()
+                    self._make_json_schema = None
+                schema = self._json_schema
+        return schema
+
+    @property
+    def json_schema_built(self) -> bool:
+        """Whether :attr:`json_schema` is built already (else it is built on first read)."""
+        return self._json_schema is not None
+
+    def build(self) -> None:
+        """Build whatever is still deferred now (and raise its errors now)."""
+        self.json_schema  # noqa: B018 - built on access
+        self._load_validator()
+
+    def _load_validator(self) -> Any:
+        validator = self._validator
+        if validator is None:
+            with _build_lock:
+                if self._validator is None:
+                    assert self._make_validator is not None
+                    self._validator = self._make_validator().validator
+                    self._make_validator = None
+                validator = self._validator
+        return validator
 
     def validate(self, tool_name: str, tool_input: str | None) -> Any:
         """Validate the model's JSON; return kwargs (or the input instance).
@@ -465,13 +519,27 @@ class ArgumentsSchema:
         Raises:
             ToolArgumentsError: the JSON is invalid or fails the schema.
         """
-        if tool_input is None or not tool_input.strip():
+        if not tool_input or tool_input.isspace():
             tool_input = "{}"
+        validator = self._validator or self._load_validator()
+        flat = self._flat
         try:
-            value = self._validate_json(tool_input)
+            if flat:
+                # The schema's own config is strict and forbids extra keys, and a flat schema
+                # has no nested model whose config could differ: no run-time options needed
+                # (passing them costs as much again as validating two fields).
+                value = validator.validate_json(tool_input)
+            else:
+                value = validator.validate_json(tool_input, strict=self._strict, **_EXTRA)
         except pydantic.ValidationError as exc:
             value = self._retry_without_nulls(tool_name, tool_input, exc)
-        if not _plainly_unique(tool_input, value):
+        if flat:
+            # Every value validated as a scalar, so each ':' outside strings separates a key
+            # from its value: as many ':' as keys proves no key was repeated (NaN and Infinity
+            # fail a scalar's validation). A ':' inside a string sends it to the full check.
+            if tool_input.count(":") != len(value):
+                _check_json_text(tool_name, tool_input)
+        elif not _plainly_unique(tool_input, value):
             _check_json_text(tool_name, tool_input)
         if self._none_means_default and not self.single_argument:
             for name in self._none_means_default:
@@ -497,10 +565,16 @@ class ArgumentsSchema:
                     if not (k in self._none_means_default and v is None)
                 }
                 try:
-                    return self._validate_json(json.dumps(kept))
+                    return self._validator.validate_json(
+                        json.dumps(kept), strict=self._strict, **_EXTRA
+                    )
                 except pydantic.ValidationError as exc:
                     error = exc
         raise ToolArgumentsError(tool_name, describe_validation_error(tool_name, error)) from error
+
+
+_build_lock = threading.RLock()
+"""Guards the first build of deferred schemas and validators (each is built once)."""
 
 
 def _schema_for(adapter: pydantic.TypeAdapter[Any], where: str) -> JsonSchema:
@@ -536,31 +610,37 @@ def build_arguments_schema(
     tool_name: str,
     skip_first: bool = False,
     param_descriptions: Mapping[str, str] | None = None,
+    signature: inspect.Signature | None = None,
+    hints: Mapping[str, Any] | None = None,
 ) -> ArgumentsSchema:
     """Build the schema and validator of ``function``'s parameters.
+
+    ``signature`` and ``hints`` (``typing.get_type_hints(function, include_extras=True)``) may
+    be passed when the caller has them already.
 
     Raises:
         ToolDefinitionError: a parameter is variadic, unannotated or of an unsupported type.
     """
     where = f"Tool {tool_name!r} ({_origin(function)})"
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError) as exc:
-        raise ToolDefinitionError(f"{where}: cannot read the signature: {exc}") from exc
-    try:
-        hints = typing.get_type_hints(function, include_extras=True)
-    except Exception as exc:  # NameError for unresolved forward references, mostly
-        raise ToolDefinitionError(f"{where}: cannot resolve the type hints: {exc}") from exc
+    if signature is None:
+        try:
+            signature = inspect.signature(function)
+        except (TypeError, ValueError) as exc:
+            raise ToolDefinitionError(f"{where}: cannot read the signature: {exc}") from exc
+    if hints is None:
+        try:
+            hints = typing.get_type_hints(function, include_extras=True)
+        except Exception as exc:  # NameError for unresolved forward references, mostly
+            raise ToolDefinitionError(f"{where}: cannot resolve the type hints: {exc}") from exc
     if param_descriptions is None:
         param_descriptions = parse_docstring(inspect.getdoc(function))[1]
 
     problems: list[str] = []
-    schema_fields: dict[str, Any] = {}
-    validation_fields: dict[str, Any] = {}
-    names: list[str] = []
+    fields: list[_Field] = []
     none_means_default: set[str] = set()
     defaults: dict[str, Any] = {}
     context_parameter: str | None = None
+    deferrable = flat = True
     params = list(signature.parameters.values())
     if skip_first and params:
         params = params[1:]
@@ -596,37 +676,93 @@ def build_arguments_schema(
         description = (tool_param.description if tool_param else "") or param_descriptions.get(
             name, ""
         )
-        has_field_description = any(isinstance(e, FieldInfo) and e.description for e in extras)
-        metadata = list(extras)
-        if description and not has_field_description:
-            metadata.append(pydantic.Field(description=description))
-        typed: Any = Annotated[(base, *metadata)] if metadata else base
-        schema_fields[name] = Required[typed] if required else NotRequired[typed]
-        if required:
-            validation_fields[name] = Required[typed]
-        else:
-            # Strict-mode models send null for optional parameters: accept it, and let the
-            # function's own default apply when the type itself does not allow None.
-            nullable: Any = Union[base, None]  # noqa: UP007 - base is a runtime value
-            if metadata:
-                nullable = Annotated[(nullable, *metadata)]
-            validation_fields[name] = NotRequired[nullable]
+        fields.append(_Field(name, base, tuple(extras), description, required))
+        if not required:
             if not optional and has_default:
                 none_means_default.add(name)
             if has_default and param.default is not None:
                 defaults[name] = param.default
-        names.append(name)
+        deferrable = deferrable and not extras and _known_to_pydantic(base)
+        flat = flat and not extras and _is_scalar(base)
     if problems:
         raise ToolDefinitionError(f"{where}: " + "; ".join(problems) + ".")
 
     type_name = f"{tool_name.replace('.', '_').replace('-', '_')}_arguments"
+
+    def make_json_schema() -> JsonSchema:
+        with _definition_errors(where, fields):
+            raw = _schema_for(
+                pydantic.TypeAdapter(_make_typed_dict(type_name, _schema_fields(fields))), where
+            )
+        return _with_defaults(clean_schema(raw), defaults)
+
+    def make_validator() -> pydantic.TypeAdapter[Any]:
+        with _definition_errors(where, fields):
+            return pydantic.TypeAdapter(_make_typed_dict(type_name, _validation_fields(fields)))
+
+    arguments = ArgumentsSchema(
+        make_json_schema,
+        make_validator,
+        parameters=tuple(field.name for field in fields),
+        context_parameter=context_parameter,
+        none_means_default=frozenset(none_means_default),
+        flat=flat,
+    )
+    if not deferrable:
+        # pydantic might reject these types: build now, so the error surfaces at definition.
+        arguments.build()
+    return arguments
+
+
+class _Field(typing.NamedTuple):
+    """One parameter of a keyword tool, as the schema and the validator need it."""
+
+    name: str
+    base: Any
+    extras: tuple[Any, ...]
+    description: str
+    required: bool
+
+    def annotated(self) -> tuple[Any, list[Any]]:
+        """The parameter's type with its metadata (and its description as a pydantic Field)."""
+        metadata = list(self.extras)
+        has_description = any(isinstance(e, FieldInfo) and e.description for e in metadata)
+        if self.description and not has_description:
+            metadata.append(pydantic.Field(description=self.description))
+        return (Annotated[(self.base, *metadata)] if metadata else self.base), metadata
+
+
+def _schema_fields(fields: list[_Field]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for field in fields:
+        typed, _ = field.annotated()
+        result[field.name] = Required[typed] if field.required else NotRequired[typed]
+    return result
+
+
+def _validation_fields(fields: list[_Field]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for field in fields:
+        typed, metadata = field.annotated()
+        if field.required:
+            result[field.name] = Required[typed]
+            continue
+        # Strict-mode models send null for optional parameters: accept it, and let the
+        # function's own default apply when the type itself does not allow None.
+        nullable: Any = Union[field.base, None]  # noqa: UP007 - base is a runtime value
+        if metadata:
+            nullable = Annotated[(nullable, *metadata)]
+        result[field.name] = NotRequired[nullable]
+    return result
+
+
+@contextlib.contextmanager
+def _definition_errors(where: str, fields: list[_Field]) -> Iterator[None]:
+    """Turn pydantic's complaints about a tool's types into ``ToolDefinitionError``."""
     try:
-        schema_type = _make_typed_dict(type_name, schema_fields)
-        raw = _schema_for(pydantic.TypeAdapter(schema_type), where)
-        validation_type = _make_typed_dict(type_name, validation_fields)
-        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(validation_type)
+        yield
     except pydantic.PydanticSchemaGenerationError as exc:
-        culprit = _find_unsupported_field(schema_fields)
+        culprit = _find_unsupported_field(_schema_fields(fields))
         raise ToolDefinitionError(
             f"{where}: parameter {culprit!r} has a type pydantic cannot describe "
             f"({exc.message.splitlines()[0]}); use a JSON-serialisable type such as str, int, "
@@ -634,13 +770,68 @@ def build_arguments_schema(
         ) from exc
     except pydantic.PydanticUserError as exc:
         raise ToolDefinitionError(f"{where}: {exc.message}") from exc
-    return ArgumentsSchema(
-        _with_defaults(clean_schema(raw), defaults),
-        adapter,
-        parameters=tuple(names),
-        context_parameter=context_parameter,
-        none_means_default=frozenset(none_means_default),
-    )
+
+
+# Types whose values validate to a JSON scalar: a keyword tool taking only these is "flat".
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+# Types pydantic always turns into a schema and a validator (checked by the tests), so their
+# tools can be built on first use without moving an error from definition time to call time.
+_KNOWN_TYPES = _SCALARS | {
+    Any,
+    bytes,
+    list,
+    dict,
+    tuple,
+    set,
+    frozenset,
+    decimal.Decimal,
+    uuid.UUID,
+    datetime.date,
+    datetime.datetime,
+    datetime.time,
+    datetime.timedelta,
+}
+_KNOWN_CONTAINERS = frozenset({list, set, frozenset, collections.abc.Sequence, collections.abc.Set})
+
+
+def _is_among(tp: Any, types_: frozenset[Any]) -> bool:
+    try:
+        return tp in types_
+    except TypeError:  # an unhashable annotation
+        return False
+
+
+def _literal_of_scalars(tp: Any) -> bool:
+    return all(type(v) in (str, int, float, bool) or v is None for v in get_args(tp))
+
+
+def _is_scalar(tp: Any) -> bool:
+    """Whether every value of ``tp`` validates to a str, number, bool or None."""
+    origin = get_origin(tp)
+    if origin is Literal:
+        return _literal_of_scalars(tp)
+    if origin in (Union, types.UnionType):
+        return all(_is_scalar(arg) for arg in get_args(tp))
+    return _is_among(tp, _SCALARS)
+
+
+def _known_to_pydantic(tp: Any) -> bool:
+    """Whether pydantic surely builds a schema and a validator for ``tp`` without an error."""
+    if _is_among(tp, _KNOWN_TYPES):
+        return True
+    origin = get_origin(tp)
+    args = get_args(tp)
+    if origin is Literal:
+        return _literal_of_scalars(tp)
+    if origin in (Union, types.UnionType):
+        return all(_known_to_pydantic(arg) for arg in args)
+    if origin in _KNOWN_CONTAINERS:
+        return len(args) == 1 and _known_to_pydantic(args[0])
+    if origin is tuple:
+        return all(arg is Ellipsis or _known_to_pydantic(arg) for arg in args)
+    if origin in (dict, collections.abc.Mapping):
+        return len(args) == 2 and args[0] is str and _known_to_pydantic(args[1])
+    return False
 
 
 def _origin(function: Any) -> str:
