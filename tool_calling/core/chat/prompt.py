@@ -58,11 +58,13 @@ class ToolCallbackList(list[ToolCallback]):
     the index, so it is never stale.
     """
 
-    __slots__ = ("_by_name",)
+    __slots__ = ("cached_index",)
 
     def __init__(self, callbacks: Iterable[ToolCallback] = ()) -> None:
         super().__init__(callbacks)
-        self._by_name: dict[str, ToolCallback] | None = None
+        self.cached_index: dict[str, ToolCallback] | None = None
+        """What :meth:`by_name` returns once it has built it; ``None`` until then, and again
+        after any change to the list. Read-only for callers."""
 
     def by_name(self) -> dict[str, ToolCallback]:
         """Return ``{name: callback}`` of the list, built once until the list changes.
@@ -72,72 +74,72 @@ class ToolCallbackList(list[ToolCallback]):
         Raises:
             ToolDefinitionError: two different callbacks share a name.
         """
-        index = self._by_name
+        index = self.cached_index
         if index is None:
             # Two different tools under one name would make "which one runs" an accident of order.
             check_unique_names(self)
             index = {}
             for callback in self:
                 index.setdefault(callback.name, callback)
-            self._by_name = index
+            self.cached_index = index
         return index
 
     # -- every mutating method of list drops the index ------------------------------------------
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._by_name = None
+        self.cached_index = None
         super().__setitem__(key, value)
 
     def __delitem__(self, key: SupportsIndex | slice) -> None:
-        self._by_name = None
+        self.cached_index = None
         super().__delitem__(key)
 
     def __iadd__(self, other: Iterable[ToolCallback]) -> ToolCallbackList:  # type: ignore[override,misc]
-        self._by_name = None
+        self.cached_index = None
         return super().__iadd__(other)
 
     def __imul__(self, count: SupportsIndex) -> ToolCallbackList:
-        self._by_name = None
+        self.cached_index = None
         return super().__imul__(count)
 
     def append(self, callback: ToolCallback) -> None:
         """Append ``callback`` (and drop the index)."""
-        self._by_name = None
+        self.cached_index = None
         super().append(callback)
 
     def extend(self, callbacks: Iterable[ToolCallback]) -> None:
         """Extend the list (and drop the index)."""
-        self._by_name = None
+        self.cached_index = None
         super().extend(callbacks)
 
     def insert(self, index: SupportsIndex, callback: ToolCallback) -> None:
         """Insert ``callback`` (and drop the index)."""
-        self._by_name = None
+        self.cached_index = None
         super().insert(index, callback)
 
     def remove(self, callback: ToolCallback) -> None:
         """Remove ``callback`` (and drop the index)."""
-        self._by_name = None
+        self.cached_index = None
         super().remove(callback)
 
     def pop(self, index: SupportsIndex = -1) -> ToolCallback:
         """Remove and return an item (and drop the index)."""
-        self._by_name = None
+        self.cached_index = None
         return super().pop(index)
 
     def clear(self) -> None:
         """Empty the list (and drop the index)."""
-        self._by_name = None
+        self.cached_index = None
         super().clear()
 
     def sort(self, *args: Any, **kwargs: Any) -> None:
         """Sort the list in place (the index stays valid, but is dropped like any change)."""
-        self._by_name = None
+        self.cached_index = None
         super().sort(*args, **kwargs)
 
     def reverse(self) -> None:
         """Reverse the list in place."""
-        self._by_name = None
+        self.cached_index = None
         super().reverse()
 
 

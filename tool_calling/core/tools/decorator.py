@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from tool_calling.core.errors import ToolDefinitionError
-from tool_calling.core.tools._docstring import parse_docstring
+from tool_calling.core.tools._docstring import function_docstring
 from tool_calling.core.tools.converter import DEFAULT_CONVERT, ToolCallResultConverter
 from tool_calling.core.tools.definition import ToolDefinition, validate_tool_name
 from tool_calling.core.tools.schema import (
     ArgumentsSchema,
     build_arguments_schema,
     build_input_type_schema,
+    parameters,
+    type_hints,
     unsupported_return,
 )
 
@@ -67,6 +69,8 @@ def _return_type(function: Callable[..., Any], hints: dict[str, Any] | None) -> 
 
 
 def _has_annotated(tp: Any) -> bool:
+    if isinstance(tp, type):  # a plain class (str, a model): nothing inside
+        return False
     return typing.get_origin(tp) is typing.Annotated or any(
         _has_annotated(arg) for arg in typing.get_args(tp)
     )
@@ -98,14 +102,14 @@ def build_spec(
             f"Tool {tool_name!r} ({origin}): generator functions are not supported; "
             "return a list or a str instead."
         )
-    summary, param_docs = parse_docstring(inspect.getdoc(function))
+    summary, param_docs = function_docstring(function)
     if description is None:
         description = summary or tool_name.replace("_", " ")
     # One resolution of the hints serves the return type and the parameters. A failure is
     # reported by build_arguments_schema (an input-type tool does not need them).
     hints: dict[str, Any] | None
     try:
-        hints = typing.get_type_hints(function, include_extras=True)
+        hints = type_hints(function)
     except Exception:
         hints = None
     return_type = _return_type(function, hints)
@@ -115,18 +119,18 @@ def build_spec(
             f"Tool {tool_name!r} ({origin}): unsupported return type ({reason}); "
             "return a str or a JSON-serialisable value."
         )
-    signature = inspect.signature(function)
-    parameters = list(signature.parameters.values())
+    signature = parameters(function)
     if skip_first is None:
-        skip_first = bool(parameters) and parameters[0].name in ("self", "cls")
+        skip_first = bool(signature) and signature[0].name in ("self", "cls")
     passes_context = False
     arguments: ArgumentsSchema
     if input_type is not None:
         arguments = build_input_type_schema(input_type, tool_name=tool_name)
         positional = [
             p
-            for p in parameters[1 if skip_first else 0 :]
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            for p in signature[1 if skip_first else 0 :]
+            if p.kind
+            in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         ]
         passes_context = len(positional) >= 2
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections.abc
 import concurrent.futures
 import contextlib
@@ -11,6 +12,7 @@ import datetime
 import decimal
 import inspect
 import json
+import keyword
 import re
 import threading
 import types
@@ -461,10 +463,10 @@ class ArgumentsSchema:
         # The core validator directly: TypeAdapter.validate_json adds a Python frame per call.
         self._validator: Any = None
         self._make_validator: Callable[[], pydantic.TypeAdapter[Any]] | None = None
-        if isinstance(adapter, pydantic.TypeAdapter):
-            self._validator = adapter.validator
-        else:
+        if callable(adapter):  # a TypeAdapter itself is not callable
             self._make_validator = adapter
+        else:
+            self._validator = adapter.validator
         self.parameters = parameters
         """Names of the parameters in the schema, in order."""
         self.context_parameter = context_parameter
@@ -604,19 +606,113 @@ def _make_typed_dict(name: str, fields: dict[str, Any]) -> Any:
     return typed_dict
 
 
+class Parameter(typing.NamedTuple):
+    """What a tool needs to know of a parameter (``inspect.Parameter`` without its properties)."""
+
+    name: str
+    kind: inspect._ParameterKind
+    default: Any
+
+
+_P = inspect.Parameter
+_CO_VARARGS = inspect.CO_VARARGS
+_CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
+
+
+def parameters(function: Callable[..., Any]) -> list[Parameter]:
+    """The parameters of ``function`` in order, as ``inspect.signature`` reports them.
+
+    A plain function (no ``__wrapped__``, no ``__signature__``) is read from its code object, as
+    ``inspect`` itself does, without building a Signature (most of the cost of ``@tool``);
+    everything else goes through ``inspect.signature``.
+
+    Raises:
+        TypeError, ValueError: as ``inspect.signature`` does for what has no signature.
+    """
+    if (
+        type(function) is not types.FunctionType
+        or hasattr(function, "__wrapped__")
+        or hasattr(function, "__signature__")
+    ):
+        return [
+            Parameter(p.name, p.kind, p.default)
+            for p in inspect.signature(function).parameters.values()
+        ]
+    code = function.__code__
+    names = code.co_varnames
+    positional = code.co_argcount
+    positional_only = code.co_posonlyargcount
+    keyword_only = code.co_kwonlyargcount
+    defaults = function.__defaults__ or ()
+    keyword_defaults = function.__kwdefaults__ or {}
+    first_default = positional - len(defaults)
+    result = [
+        Parameter(
+            names[i],
+            _P.POSITIONAL_ONLY if i < positional_only else _P.POSITIONAL_OR_KEYWORD,
+            defaults[i - first_default] if i >= first_default else _P.empty,
+        )
+        for i in range(positional)
+    ]
+    following = positional + keyword_only  # where *args and **kwargs are named
+    if code.co_flags & _CO_VARARGS:
+        result.append(Parameter(names[following], _P.VAR_POSITIONAL, _P.empty))
+        following += 1
+    for name in names[positional : positional + keyword_only]:
+        result.append(Parameter(name, _P.KEYWORD_ONLY, keyword_defaults.get(name, _P.empty)))
+    if code.co_flags & _CO_VARKEYWORDS:
+        result.append(Parameter(names[following], _P.VAR_KEYWORD, _P.empty))
+    return result
+
+
+def type_hints(function: Callable[..., Any]) -> dict[str, Any]:
+    """``typing.get_type_hints(function, include_extras=True)``, quicker for plain class names.
+
+    Under ``from __future__ import annotations`` every annotation is a string, and
+    ``get_type_hints`` compiles each one. An annotation that names a class (``"str"``,
+    ``"Order"``) is looked up directly, as ``get_type_hints`` would resolve it; anything else
+    (generics, ``Annotated``, a decorated function) goes to ``get_type_hints`` itself.
+
+    Raises:
+        Exception: whatever ``typing.get_type_hints`` raises (``NameError`` mostly).
+    """
+    annotations = getattr(function, "__annotations__", None)
+    namespace = getattr(function, "__globals__", None)
+    if not isinstance(annotations, dict) or namespace is None or hasattr(function, "__wrapped__"):
+        return typing.get_type_hints(function, include_extras=True)
+    hints: dict[str, Any] = {}
+    for name, annotation in annotations.items():
+        value = annotation
+        if isinstance(annotation, str):
+            if not annotation.isidentifier() or keyword.iskeyword(annotation):
+                return typing.get_type_hints(function, include_extras=True)
+            value = namespace.get(annotation, _MISSING)
+            if value is _MISSING:
+                value = getattr(builtins, annotation, _MISSING)
+        if value is None:
+            value = type(None)
+        if not isinstance(value, type):
+            return typing.get_type_hints(function, include_extras=True)
+        hints[name] = value
+    return hints
+
+
+_MISSING = object()
+
+
 def build_arguments_schema(
     function: Callable[..., Any],
     *,
     tool_name: str,
     skip_first: bool = False,
     param_descriptions: Mapping[str, str] | None = None,
-    signature: inspect.Signature | None = None,
+    signature: list[Parameter] | None = None,
     hints: Mapping[str, Any] | None = None,
 ) -> ArgumentsSchema:
     """Build the schema and validator of ``function``'s parameters.
 
-    ``signature`` and ``hints`` (``typing.get_type_hints(function, include_extras=True)``) may
-    be passed when the caller has them already.
+    ``signature`` (``parameters(function)``) and ``hints`` (``type_hints(function)``) may be
+    passed when the caller has them already.
 
     Raises:
         ToolDefinitionError: a parameter is variadic, unannotated or of an unsupported type.
@@ -624,12 +720,12 @@ def build_arguments_schema(
     where = f"Tool {tool_name!r} ({_origin(function)})"
     if signature is None:
         try:
-            signature = inspect.signature(function)
+            signature = parameters(function)
         except (TypeError, ValueError) as exc:
             raise ToolDefinitionError(f"{where}: cannot read the signature: {exc}") from exc
     if hints is None:
         try:
-            hints = typing.get_type_hints(function, include_extras=True)
+            hints = type_hints(function)
         except Exception as exc:  # NameError for unresolved forward references, mostly
             raise ToolDefinitionError(f"{where}: cannot resolve the type hints: {exc}") from exc
     if param_descriptions is None:
@@ -641,33 +737,38 @@ def build_arguments_schema(
     defaults: dict[str, Any] = {}
     context_parameter: str | None = None
     deferrable = flat = True
-    params = list(signature.parameters.values())
+    params = signature
     if skip_first and params:
         params = params[1:]
     for param in params:
         name = param.name
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD):
             problems.append(f"parameter {name!r}: *args and **kwargs are not supported")
             continue
-        if param.kind is param.POSITIONAL_ONLY:
+        if param.kind is _P.POSITIONAL_ONLY:
             problems.append(f"parameter {name!r}: positional-only parameters are not supported")
             continue
         if name not in hints:
             problems.append(f"parameter {name!r} has no type annotation; add one")
             continue
         annotation = hints[name]
-        if _is_tool_context(annotation):
-            context_parameter = name
-            continue
-        base, tool_param, extras = _split_annotated(annotation)
-        reason = _unsupported(base)
-        if reason:
-            problems.append(
-                f"parameter {name!r} has unsupported type {_type_name(base)} ({reason}); "
-                "use a JSON-serialisable type such as str, int, a list or a pydantic model"
-            )
-            continue
-        has_default = param.default is not inspect.Parameter.empty
+        base: Any
+        extras: list[Any]
+        if _is_among(annotation, _SCALARS):  # str, int, ...: nothing inside to look at
+            base, tool_param, extras = annotation, None, []
+        else:
+            if _is_tool_context(annotation):
+                context_parameter = name
+                continue
+            base, tool_param, extras = _split_annotated(annotation)
+            reason = _unsupported(base)
+            if reason:
+                problems.append(
+                    f"parameter {name!r} has unsupported type {_type_name(base)} ({reason}); "
+                    "use a JSON-serialisable type such as str, int, a list or a pydantic model"
+                )
+                continue
+        has_default = param.default is not _P.empty
         optional = _is_optional(base)
         if tool_param is not None and tool_param.required is not None:
             required = tool_param.required
@@ -899,6 +1000,6 @@ def _has_own_config(tp: Any) -> bool:
 
 def unsupported_return(return_type: Any) -> str | None:
     """Return why a tool's return type is unsupported, or ``None``."""
-    if return_type is inspect.Signature.empty:
+    if return_type is inspect.Signature.empty or _is_among(return_type, _KNOWN_TYPES):
         return None
     return _unsupported(return_type)
