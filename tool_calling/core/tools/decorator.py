@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ ResultConverter = ToolCallResultConverter | Callable[[Any, Any], str]
 SPEC_ATTRIBUTE = "__tool_spec__"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolSpec:
     """Everything known about a tool function, built once when it is defined."""
 
@@ -52,6 +53,36 @@ class ToolSpec:
     """For input-type tools: whether the function takes a ToolContext as second argument."""
     requires_approval: bool = False
     """Whether each call needs a person's approval before it runs."""
+
+    # One per tool, built at import: writing the instance dict costs a third of the generated
+    # frozen __init__ (object.__setattr__ per field); the instance stays frozen.
+    def __init__(
+        self,
+        definition: ToolDefinition,
+        arguments: ArgumentsSchema,
+        return_direct: bool,
+        converter: Callable[[Any, Any], str],
+        return_type: Any,
+        is_async: bool,
+        takes_self: bool,
+        origin: str,
+        passes_context: bool = False,
+        requires_approval: bool = False,
+    ) -> None:
+        fields = self.__dict__
+        fields["definition"] = definition
+        fields["arguments"] = arguments
+        fields["return_direct"] = return_direct
+        fields["converter"] = converter
+        fields["return_type"] = return_type
+        fields["is_async"] = is_async
+        fields["takes_self"] = takes_self
+        fields["origin"] = origin
+        fields["passes_context"] = passes_context
+        fields["requires_approval"] = requires_approval
+
+
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
 def _origin(function: Any) -> str:
@@ -97,7 +128,11 @@ def build_spec(
     if tool_name is None:
         raise ToolDefinitionError(f"Tool defined by {origin} has no name; pass name=...")
     validate_tool_name(tool_name, origin)
-    if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+    if type(function) is types.FunctionType:  # a plain def: its code object says it all
+        is_generator = bool(function.__code__.co_flags & _GENERATOR_FLAGS)
+    else:
+        is_generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
+    if is_generator:
         raise ToolDefinitionError(
             f"Tool {tool_name!r} ({origin}): generator functions are not supported; "
             "return a list or a str instead."

@@ -70,18 +70,19 @@ class ToolDefinition:
         """A definition whose input schema is built by ``input_schema()`` when first read.
 
         ``@tool`` uses this so that importing a module of tools costs no schema generation;
-        the name and description are checked at once, and the schema is built (once) by whoever
-        first reads it: a request offering the tool, the registry's sync, an equality test.
+        the description is checked at once (the caller has checked the name), and the schema is
+        built (once) by whoever first reads it: a request offering the tool, the registry's
+        sync, an equality test.
 
         Raises:
-            ToolDefinitionError: the name or the description is invalid.
+            ToolDefinitionError: the description is invalid.
         """
         definition = cls.__new__(cls)
         fields = definition.__dict__  # frozen: write the fields the way __init__ would
         fields["name"] = name
         fields["description"] = description
         fields["_make_input_schema"] = input_schema
-        definition._check_name_and_description()
+        definition._check_description()
         return definition
 
     if not TYPE_CHECKING:  # typed as the plain field; only a deferred definition gets here
@@ -107,6 +108,9 @@ class ToolDefinition:
 
     def _check_name_and_description(self) -> None:
         validate_tool_name(self.name)
+        self._check_description()
+
+    def _check_description(self) -> None:
         if not isinstance(self.description, str):
             raise ToolDefinitionError(
                 f"Tool {self.name!r}: description must be a str, "

@@ -20,7 +20,17 @@ import typing
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,
+    Required,
+    TypeAlias,
+    Union,
+    get_args,
+    get_origin,
+)
 
 import pydantic
 import pydantic_core
@@ -615,8 +625,15 @@ class Parameter(typing.NamedTuple):
 
 
 _P = inspect.Parameter
+_new = tuple.__new__
 _CO_VARARGS = inspect.CO_VARARGS
 _CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
+
+
+def _decorated(function: types.FunctionType) -> bool:
+    """Whether a function says its signature is another's (``functools.wraps``, __signature__)."""
+    attributes = function.__dict__  # a plain lookup: hasattr() raises and catches inside
+    return "__wrapped__" in attributes or "__signature__" in attributes
 
 
 def parameters(function: Callable[..., Any]) -> list[Parameter]:
@@ -629,11 +646,7 @@ def parameters(function: Callable[..., Any]) -> list[Parameter]:
     Raises:
         TypeError, ValueError: as ``inspect.signature`` does for what has no signature.
     """
-    if (
-        type(function) is not types.FunctionType
-        or hasattr(function, "__wrapped__")
-        or hasattr(function, "__signature__")
-    ):
+    if type(function) is not types.FunctionType or _decorated(function):
         return [
             Parameter(p.name, p.kind, p.default)
             for p in inspect.signature(function).parameters.values()
@@ -646,22 +659,27 @@ def parameters(function: Callable[..., Any]) -> list[Parameter]:
     defaults = function.__defaults__ or ()
     keyword_defaults = function.__kwdefaults__ or {}
     first_default = positional - len(defaults)
+    # tuple.__new__ builds each NamedTuple without the Python frame of Parameter(...).
     result = [
-        Parameter(
-            names[i],
-            _P.POSITIONAL_ONLY if i < positional_only else _P.POSITIONAL_OR_KEYWORD,
-            defaults[i - first_default] if i >= first_default else _P.empty,
+        _new(
+            Parameter,
+            (
+                names[i],
+                _P.POSITIONAL_ONLY if i < positional_only else _P.POSITIONAL_OR_KEYWORD,
+                defaults[i - first_default] if i >= first_default else _P.empty,
+            ),
         )
         for i in range(positional)
     ]
     following = positional + keyword_only  # where *args and **kwargs are named
     if code.co_flags & _CO_VARARGS:
-        result.append(Parameter(names[following], _P.VAR_POSITIONAL, _P.empty))
+        result.append(_new(Parameter, (names[following], _P.VAR_POSITIONAL, _P.empty)))
         following += 1
     for name in names[positional : positional + keyword_only]:
-        result.append(Parameter(name, _P.KEYWORD_ONLY, keyword_defaults.get(name, _P.empty)))
+        default = keyword_defaults.get(name, _P.empty)
+        result.append(_new(Parameter, (name, _P.KEYWORD_ONLY, default)))
     if code.co_flags & _CO_VARKEYWORDS:
-        result.append(Parameter(names[following], _P.VAR_KEYWORD, _P.empty))
+        result.append(_new(Parameter, (names[following], _P.VAR_KEYWORD, _P.empty)))
     return result
 
 
@@ -676,10 +694,10 @@ def type_hints(function: Callable[..., Any]) -> dict[str, Any]:
     Raises:
         Exception: whatever ``typing.get_type_hints`` raises (``NameError`` mostly).
     """
-    annotations = getattr(function, "__annotations__", None)
-    namespace = getattr(function, "__globals__", None)
-    if not isinstance(annotations, dict) or namespace is None or hasattr(function, "__wrapped__"):
+    if type(function) is not types.FunctionType or _decorated(function):
         return typing.get_type_hints(function, include_extras=True)
+    annotations = function.__annotations__
+    namespace = function.__globals__
     hints: dict[str, Any] = {}
     for name, annotation in annotations.items():
         value = annotation
@@ -717,30 +735,29 @@ def build_arguments_schema(
     Raises:
         ToolDefinitionError: a parameter is variadic, unannotated or of an unsupported type.
     """
-    where = f"Tool {tool_name!r} ({_origin(function)})"
     if signature is None:
         try:
             signature = parameters(function)
         except (TypeError, ValueError) as exc:
+            where = _where(tool_name, function)
             raise ToolDefinitionError(f"{where}: cannot read the signature: {exc}") from exc
     if hints is None:
         try:
             hints = type_hints(function)
         except Exception as exc:  # NameError for unresolved forward references, mostly
+            where = _where(tool_name, function)
             raise ToolDefinitionError(f"{where}: cannot resolve the type hints: {exc}") from exc
     if param_descriptions is None:
         param_descriptions = parse_docstring(inspect.getdoc(function))[1]
 
     problems: list[str] = []
     fields: list[_Field] = []
+    names: list[str] = []
     none_means_default: set[str] = set()
     defaults: dict[str, Any] = {}
     context_parameter: str | None = None
     deferrable = flat = True
-    params = signature
-    if skip_first and params:
-        params = params[1:]
-    for param in params:
+    for param in signature[1:] if skip_first else signature:
         name = param.name
         if param.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD):
             problems.append(f"parameter {name!r}: *args and **kwargs are not supported")
@@ -753,14 +770,16 @@ def build_arguments_schema(
             continue
         annotation = hints[name]
         base: Any
-        extras: list[Any]
+        extras: tuple[Any, ...]
         if _is_among(annotation, _SCALARS):  # str, int, ...: nothing inside to look at
-            base, tool_param, extras = annotation, None, []
+            base, tool_param, extras = annotation, None, ()
+            optional = annotation is type(None)
         else:
             if _is_tool_context(annotation):
                 context_parameter = name
                 continue
-            base, tool_param, extras = _split_annotated(annotation)
+            base, tool_param, extra_list = _split_annotated(annotation)
+            extras = tuple(extra_list)
             reason = _unsupported(base)
             if reason:
                 problems.append(
@@ -768,8 +787,10 @@ def build_arguments_schema(
                     "use a JSON-serialisable type such as str, int, a list or a pydantic model"
                 )
                 continue
+            optional = _is_optional(base)
+            deferrable = deferrable and not extras and _known_to_pydantic(base)
+            flat = flat and not extras and _is_scalar(base)
         has_default = param.default is not _P.empty
-        optional = _is_optional(base)
         if tool_param is not None and tool_param.required is not None:
             required = tool_param.required
         else:
@@ -777,34 +798,33 @@ def build_arguments_schema(
         description = (tool_param.description if tool_param else "") or param_descriptions.get(
             name, ""
         )
-        fields.append(_Field(name, base, tuple(extras), description, required))
+        fields.append((name, base, extras, description, required))
+        names.append(name)
         if not required:
             if not optional and has_default:
                 none_means_default.add(name)
             if has_default and param.default is not None:
                 defaults[name] = param.default
-        deferrable = deferrable and not extras and _known_to_pydantic(base)
-        flat = flat and not extras and _is_scalar(base)
     if problems:
+        where = _where(tool_name, function)
         raise ToolDefinitionError(f"{where}: " + "; ".join(problems) + ".")
 
-    type_name = f"{tool_name.replace('.', '_').replace('-', '_')}_arguments"
-
     def make_json_schema() -> JsonSchema:
+        where = _where(tool_name, function)
         with _definition_errors(where, fields):
-            raw = _schema_for(
-                pydantic.TypeAdapter(_make_typed_dict(type_name, _schema_fields(fields))), where
-            )
+            typed_dict = _make_typed_dict(_type_name_of(tool_name), _schema_fields(fields))
+            raw = _schema_for(pydantic.TypeAdapter(typed_dict), where)
         return _with_defaults(clean_schema(raw), defaults)
 
     def make_validator() -> pydantic.TypeAdapter[Any]:
-        with _definition_errors(where, fields):
-            return pydantic.TypeAdapter(_make_typed_dict(type_name, _validation_fields(fields)))
+        with _definition_errors(_where(tool_name, function), fields):
+            typed_dict = _make_typed_dict(_type_name_of(tool_name), _validation_fields(fields))
+            return pydantic.TypeAdapter(typed_dict)
 
     arguments = ArgumentsSchema(
         make_json_schema,
         make_validator,
-        parameters=tuple(field.name for field in fields),
+        parameters=tuple(names),
         context_parameter=context_parameter,
         none_means_default=frozenset(none_means_default),
         flat=flat,
@@ -815,45 +835,51 @@ def build_arguments_schema(
     return arguments
 
 
-class _Field(typing.NamedTuple):
-    """One parameter of a keyword tool, as the schema and the validator need it."""
+def _where(tool_name: str, function: Any) -> str:
+    return f"Tool {tool_name!r} ({_origin(function)})"
 
-    name: str
-    base: Any
-    extras: tuple[Any, ...]
-    description: str
-    required: bool
 
-    def annotated(self) -> tuple[Any, list[Any]]:
-        """The parameter's type with its metadata (and its description as a pydantic Field)."""
-        metadata = list(self.extras)
-        has_description = any(isinstance(e, FieldInfo) and e.description for e in metadata)
-        if self.description and not has_description:
-            metadata.append(pydantic.Field(description=self.description))
-        return (Annotated[(self.base, *metadata)] if metadata else self.base), metadata
+def _type_name_of(tool_name: str) -> str:
+    return f"{tool_name.replace('.', '_').replace('-', '_')}_arguments"
+
+
+_Field: TypeAlias = "tuple[str, Any, tuple[Any, ...], str, bool]"
+"""One parameter of a keyword tool as the schema and the validator need it: its name, bare type,
+other ``Annotated`` metadata, description, and whether it is required."""
+
+
+def _annotated(field: _Field) -> tuple[Any, list[Any]]:
+    """The parameter's type with its metadata (and its description as a pydantic Field)."""
+    _, base, extras, description, _ = field
+    metadata = list(extras)
+    has_description = any(isinstance(e, FieldInfo) and e.description for e in metadata)
+    if description and not has_description:
+        metadata.append(pydantic.Field(description=description))
+    return (Annotated[(base, *metadata)] if metadata else base), metadata
 
 
 def _schema_fields(fields: list[_Field]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for field in fields:
-        typed, _ = field.annotated()
-        result[field.name] = Required[typed] if field.required else NotRequired[typed]
+        typed, _ = _annotated(field)
+        result[field[0]] = Required[typed] if field[4] else NotRequired[typed]
     return result
 
 
 def _validation_fields(fields: list[_Field]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for field in fields:
-        typed, metadata = field.annotated()
-        if field.required:
-            result[field.name] = Required[typed]
+        name, base, _, _, required = field
+        typed, metadata = _annotated(field)
+        if required:
+            result[name] = Required[typed]
             continue
         # Strict-mode models send null for optional parameters: accept it, and let the
         # function's own default apply when the type itself does not allow None.
-        nullable: Any = Union[field.base, None]  # noqa: UP007 - base is a runtime value
+        nullable: Any = Union[base, None]  # noqa: UP007 - base is a runtime value
         if metadata:
             nullable = Annotated[(nullable, *metadata)]
-        result[field.name] = NotRequired[nullable]
+        result[name] = NotRequired[nullable]
     return result
 
 
