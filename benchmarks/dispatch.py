@@ -716,6 +716,109 @@ def definitions_benchmark(repeats: int) -> tuple[dict[str, Any], list[Any]]:
     }, callbacks
 
 
+# -- instruction counts (callgrind) ---------------------------------------------------------
+
+INSTRUCTION_PATHS = (
+    "direct.add",
+    "glue.add",
+    "ours.add",
+    "ours.add_many_tools",
+    "ours.callback_add",
+    "ours.batch",
+    "pydantic_ai.async.add",
+    "agents.async.add",
+)
+INSTRUCTION_CALLS = 2000
+
+
+def _instruction_child(out: str) -> None:
+    """Run under callgrind: each path's loop inside one ``functools.reduce``, one dump each.
+
+    callgrind collects only inside ``functools_reduce`` and dumps when it returns, so every
+    loop is measured on its own, setup and warm-up excluded; an empty loop of each kind (sync,
+    async) is measured first and subtracted.
+    """
+    import functools
+
+    many = tool_callbacks(*[tool(f) for f in _lookup_functions("i_")])
+    chosen = [
+        p
+        for p in baseline_paths() + our_paths(many) + pydantic_ai_paths() + agents_paths()
+        if p.key in INSTRUCTION_PATHS
+    ]
+    chosen.sort(key=lambda p: INSTRUCTION_PATHS.index(p.key))
+    empty = [
+        Path_("empty.sync", "", "", "", 1, "pass", {}),
+        Path_("empty.async", "", "", "", 1, "pass", {}, is_async=True),
+    ]
+    order = []
+    for path in empty + chosen:
+        run = _runner(path)
+        number = max(1, INSTRUCTION_CALLS // path.calls)
+        run(max(1, number // 10))  # warm: caches, specialised bytecode, thread pool
+        gc.collect()
+        functools.reduce(lambda _acc, _i, run=run, number=number: run(number), range(1), None)
+        order.append(
+            {
+                "key": path.key,
+                "label": path.label,
+                "loops": number,
+                "calls": path.calls,
+                "is_async": path.is_async,
+            }
+        )
+    Path(out).write_text(json.dumps(order))
+
+
+def instruction_counts() -> tuple[list[dict[str, Any]], str] | None:
+    """Instructions per call of the main paths, counted by callgrind (None without valgrind)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        dumps, order_file = f"{tmp}/callgrind.out", f"{tmp}/order.json"
+        subprocess.run(
+            [
+                valgrind,
+                "--tool=callgrind",
+                "--collect-atstart=no",
+                "--toggle-collect=functools_reduce",
+                "--dump-after=functools_reduce",
+                f"--callgrind-out-file={dumps}",
+                sys.executable,
+                __file__,
+                "--instructions-child",
+                order_file,
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        order = json.loads(Path(order_file).read_text())
+        totals = []
+        for n in range(1, len(order) + 1):
+            text = Path(f"{dumps}.{n}").read_text()
+            totals.append(int(text.split("\ntotals: ", 1)[1].split()[0]))
+        version = subprocess.run(
+            [valgrind, "--version"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    base = {
+        "empty.sync": totals[0] / order[0]["loops"],
+        "empty.async": totals[1] / order[1]["loops"],
+    }
+    rows = []
+    for entry, total in list(zip(order, totals, strict=True))[2:]:
+        per_loop = (
+            total / entry["loops"] - base["empty.async" if entry["is_async"] else "empty.sync"]
+        )
+        rows.append({**entry, "instructions_per_call": per_loop / entry["calls"]})
+    return rows, version
+
+
 # -- report ---------------------------------------------------------------------------------
 
 
@@ -834,7 +937,17 @@ def main(argv: list[str] | None = None) -> int:
         help="also cProfile each of our paths and print the top functions",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count the instructions per call of the main paths with callgrind (valgrind; "
+        "a few minutes): the same on a busy machine as on an idle one",
+    )
+    parser.add_argument("--instructions-child", metavar="PATH", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.instructions_child:
+        _instruction_child(args.instructions_child)
+        return 0
 
     started = time.perf_counter()
     # Definitions first, so "first time" is the first time this process decorates these tools.
@@ -1004,6 +1117,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- {'PASS' if ok else 'FAIL'}: {text}")
     print()
 
+    counted = instruction_counts() if args.instructions else None
+    if args.instructions:
+        print("## Instructions per call (callgrind)\n")
+        if counted is None:
+            print("valgrind is not installed: no instruction counts.\n")
+        else:
+            rows, version = counted
+            print(
+                f"Counted by {version} (`--tool=callgrind`), {INSTRUCTION_CALLS} calls per path "
+                "after a warm-up, an empty loop subtracted; unlike times, these do not move with "
+                "the machine's load.\n"
+            )
+            print("| path | instructions per call | × Pydantic AI (`async def`) |")
+            print("|---|---:|---:|")
+            peer = next(r for r in rows if r["key"] == "pydantic_ai.async.add")
+            for row in rows:
+                ratio = row["instructions_per_call"] / peer["instructions_per_call"]
+                print(f"| {row['label']} | {row['instructions_per_call']:,.0f} | {ratio:.2f}× |")
+            print()
+
     profile = profiles(many) if args.profile else None
     if profile:
         print("## Profile\n")
@@ -1038,6 +1171,7 @@ def main(argv: list[str] | None = None) -> int:
                 for p in paths
             ],
             "definitions": definitions,
+            "instructions": counted[0] if counted else None,
             "targets": [{"target": text, "pass": ok} for text, ok in results],
             "profile": profile,
             "elapsed_s": elapsed,
