@@ -927,9 +927,11 @@ def profiles(many: list[Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument("--repeats", type=int, default=9, help="timed repeats per path (median)")
+    # Many short repeats rather than a few long ones: on a shared machine a busy spell then
+    # falls on every path's repeats alike, and the medians compare.
+    parser.add_argument("--repeats", type=int, default=21, help="timed repeats per path (median)")
     parser.add_argument(
-        "--min-time", type=float, default=0.05, help="seconds per timed repeat of each path"
+        "--min-time", type=float, default=0.02, help="seconds per timed repeat of each path"
     )
     parser.add_argument(
         "--profile",

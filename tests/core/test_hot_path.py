@@ -685,3 +685,27 @@ def test_a_colon_inside_a_string_takes_the_full_check() -> None:
     assert callback.call('{"text": "a: b", "tag": "t"}') == "t:a: b"
     with pytest.raises(ToolArgumentsError, match="the key 'text' appears more than once"):
         callback.validate_arguments('{"text": "a: b", "text": "c"}')
+
+
+# -- plain attributes, still read-only ----------------------------------------------------------
+
+
+def test_a_prompt_is_immutable_and_copies() -> None:
+    prompt = Prompt("hi", ToolCallingChatOptions(model="m"))
+    with pytest.raises(AttributeError, match="Prompt is immutable"):
+        prompt.messages = []  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="Prompt is immutable"):
+        del prompt.options  # type: ignore[misc]
+    assert copy.deepcopy(prompt) == prompt
+    assert pickle.loads(pickle.dumps(prompt)) == prompt
+    assert prompt.instructions is prompt.messages
+
+
+def test_a_function_callbacks_definition_is_its_specs() -> None:
+    callback = FunctionToolCallback(add)
+    spec = get_spec(add)
+    assert spec is not None
+    assert callback.definition is spec.definition
+    assert callback.name == "add"
+    assert callback.metadata.return_direct is False
+    assert FunctionToolCallback(shout).metadata.return_direct is True
