@@ -666,12 +666,14 @@ def definitions_benchmark(repeats: int) -> tuple[dict[str, Any], list[Any]]:
     first set (for the "request offers 502 tools" row).
     """
     rounds = []
+    cpu_rounds = []
     sets = [_lookup_functions(f"r{n}_") for n in range(DECORATE_ROUNDS)]
     for functions in sets:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for function in functions:
             tool(function)
         rounds.append(time.perf_counter() - t0)
+        cpu_rounds.append(time.process_time() - c0)
     functions = sets[0]
     manager = DefaultToolCallingManager()
 
@@ -704,8 +706,10 @@ def definitions_benchmark(repeats: int) -> tuple[dict[str, Any], list[Any]]:
     assert schemas[7]["required"] == ["query"], schemas[7]
     return {
         "decorate_500_ms": statistics.median(rounds) * 1e3,
+        "decorate_500_cpu_ms": statistics.median(cpu_rounds) * 1e3,
         "decorate_500_first_ms": rounds[0] * 1e3,
         "decorate_500_rounds_ms": [r * 1e3 for r in rounds],
+        "decorate_500_cpu_rounds_ms": [r * 1e3 for r in cpu_rounds],
         "first_build_ms": first * 1e3,
         "first_total_ms": (rounds[0] + first) * 1e3,
         "second_build_ms": second * 1e3,
@@ -747,6 +751,18 @@ def _instruction_child(out: str) -> None:
         if p.key in INSTRUCTION_PATHS
     ]
     chosen.sort(key=lambda p: INSTRUCTION_PATHS.index(p.key))
+    fresh = iter([f for n in range(5) for f in _lookup_functions(f"d{n}_")])
+    chosen.append(
+        Path_(
+            "ours.decorate",
+            "ours: @tool on a fresh function (per tool)",
+            "ours",
+            "definitions",
+            1,
+            "tool(next(fresh))",
+            {"tool": tool, "fresh": fresh},
+        )
+    )
     empty = [
         Path_("empty.sync", "", "", "", 1, "pass", {}),
         Path_("empty.async", "", "", "", 1, "pass", {}, is_async=True),
@@ -1037,11 +1053,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"## Tool definitions for {N_DEFINITIONS} tools\n")
     print("| step | ms |\n|---|---:|")
     rounds = ", ".join(f"{r:.1f}" for r in definitions["decorate_500_rounds_ms"])
+    cpu_rounds = ", ".join(f"{r:.1f}" for r in definitions["decorate_500_cpu_rounds_ms"])
     print(
         f"| @tool on {N_DEFINITIONS} functions (signature and type checks; schema and validator "
-        f"deferred), median of {DECORATE_ROUNDS} fresh sets ({rounds}) | "
-        f"{definitions['decorate_500_ms']:.2f} |"
+        f"deferred), median of {DECORATE_ROUNDS} fresh sets, CPU time ({cpu_rounds}) | "
+        f"{definitions['decorate_500_cpu_ms']:.2f} |"
     )
+    print(f"| the same, wall time ({rounds}) | {definitions['decorate_500_ms']:.2f} |")
     print(
         f"| first build: tool_callbacks(*fns) + resolve_tool_definitions | "
         f"{definitions['first_build_ms']:.3f} |"
@@ -1106,11 +1124,14 @@ def main(argv: list[str] | None = None) -> int:
             blocking <= TARGET_BLOCKING_RATIO * direct["blocking"],
         )
     )
-    decorate = definitions["decorate_500_ms"]
+    # CPU time: what decorating costs this process, whatever else the machine runs meanwhile
+    # (the wall time is printed above; on an idle machine the two agree).
+    decorate = definitions["decorate_500_cpu_ms"]
     results.append(
         (
-            f"4. @tool on {N_DEFINITIONS} functions: {decorate:.1f} ms (median of "
-            f"{DECORATE_ROUNDS} sets) <= {TARGET_DECORATE_MS:g} ms",
+            f"4. @tool on {N_DEFINITIONS} functions: {decorate:.1f} ms of CPU (median of "
+            f"{DECORATE_ROUNDS} sets; wall {definitions['decorate_500_ms']:.1f} ms) "
+            f"<= {TARGET_DECORATE_MS:g} ms",
             decorate <= TARGET_DECORATE_MS,
         )
     )
@@ -1136,7 +1157,8 @@ def main(argv: list[str] | None = None) -> int:
             peer = next(r for r in rows if r["key"] == "pydantic_ai.async.add")
             for row in rows:
                 ratio = row["instructions_per_call"] / peer["instructions_per_call"]
-                print(f"| {row['label']} | {row['instructions_per_call']:,.0f} | {ratio:.2f}× |")
+                shown = "" if row["key"] == "ours.decorate" else f"{ratio:.2f}×"
+                print(f"| {row['label']} | {row['instructions_per_call']:,.0f} | {shown} |")
             print()
 
     profile = profiles(many) if args.profile else None

@@ -636,7 +636,8 @@ class _Batch:
     (a pool hand-off costs several times a cheap call). Slow or blocking calls still fan out to
     ``bound`` threads, one helper joining after another. No thread ever waits for a call that
     nobody has taken, so a tool that runs a batch of its own (an agent used as a tool) never
-    deadlocks the pool, however full it is.
+    deadlocks the pool, however full it is. A helper still queued when the batch ends is
+    cancelled, so busy pools do not fill up with helpers that would find nothing to do.
     """
 
     __slots__ = (
@@ -648,6 +649,7 @@ class _Batch:
         "_join",
         "_manager",
         "_pool",
+        "_requests",
         "_results",
         "_take",
     )
@@ -671,6 +673,7 @@ class _Batch:
         self._done = threading.Lock()
         self._done.acquire()  # released by whoever finishes the last call
         self._pool: ThreadPoolExecutor | None = None
+        self._requests: list[Future[None]] = []
 
     def run(self, pool: ThreadPoolExecutor) -> list[_Result]:
         """Run every call (the caller's thread among the workers) and return their results."""
@@ -681,6 +684,8 @@ class _Batch:
         self._call_for_help(caller)
         self._work(caller)
         self._done.acquire()
+        for request in self._requests:
+            request.cancel()  # a helper that has not started yet: no call left for it
         return self._results
 
     def _call_for_help(self, caller: contextvars.Context) -> None:
@@ -688,7 +693,7 @@ class _Batch:
             return
         assert self._pool is not None
         try:
-            self._pool.submit(self._help, caller)
+            self._requests.append(self._pool.submit(self._help, caller))
         except RuntimeError:  # the interpreter is shutting down: the threads already working do
             pass
 
