@@ -158,8 +158,9 @@ class DefaultToolCallingManager(ToolCallingManager):
     Lookup is by exact name among the request's callbacks (``tool_callbacks`` plus the resolved
     ``tool_names``); the resolver is consulted for other names only when
     ``resolution_fallback_enabled`` is true. Limits are counted per turn before lookup. The calls
-    of one assistant message run concurrently (a single call runs inline); responses keep call
-    order. Bad arguments, unknown tools and tool exceptions become ``is_error`` responses the
+    of one assistant message run concurrently: a single call runs inline, a batch on the caller's
+    thread together with helpers from a shared pool; responses keep call order.
+    Bad arguments, unknown tools and tool exceptions become ``is_error`` responses the
     model can act on, unless strict tool calls (or the exception processor) say to raise.
 
     Args:
@@ -167,8 +168,9 @@ class DefaultToolCallingManager(ToolCallingManager):
         exception_processor: Turns tool exceptions into text; default from settings.
         limits: Per-turn call limits; default from settings (40 per tool, 150 in total).
         resolution_fallback_enabled: Look names the request did not offer up in the resolver.
-        executor: Where calls run; default an in-process thread pool per batch (async tools
-            on a shared event loop). Any ``concurrent.futures.Executor`` is accepted.
+        executor: Where calls run; default in-process (the caller's thread and pool helpers;
+            a batch of async tools on a shared event loop). Any ``concurrent.futures.Executor``
+            is accepted, and then runs every call.
         strict_tool_calls: Raise on bad arguments or unknown tools; default from settings.
         max_result_chars: Cut longer results (with a note); default from settings.
         max_concurrent_calls: How many calls of one batch run at once in-process; default from
