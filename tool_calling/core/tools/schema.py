@@ -42,7 +42,15 @@ from tool_calling.core.tools._docstring import parse_docstring
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import JsonSchema
 
-__all__ = ["ArgumentsSchema", "ToolParam", "build_arguments_schema", "to_strict_json_schema"]
+__all__ = [
+    "ArgumentsSchema",
+    "Parameter",
+    "ToolParam",
+    "build_arguments_schema",
+    "parameters",
+    "to_strict_json_schema",
+    "type_hints",
+]
 
 
 @dataclass(frozen=True)
