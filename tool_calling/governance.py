@@ -12,6 +12,7 @@ import functools
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from tool_calling.core.chat.model import ChatModel
 from tool_calling.core.errors import ToolArgumentsError
 from tool_calling.core.execution.exception_processor import ToolExecutionExceptionProcessor
 from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolCallExecutor
-from tool_calling.core.execution.plan import ToolCallPlan, ToolOutcome, ToolOutcomeKind
+from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.registry import ToolRegistry
@@ -107,16 +108,15 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         """The stored assistant message whose calls run now (from the turn's memory)."""
         return self.log.last_assistant_id if self.log is not None else None
 
-    def batch_executor(self, plan: ToolCallPlan) -> Any:
+    def batch_executor(self, tool_calls: Sequence[ToolCall]) -> Any:
         """The given executor; else a router when a call of the batch goes to a worker."""
         if self.executor is not None:
             return self.executor
         rows = self.governed.rows
         # Only tools with a row can run on workers; tool_search, which has none, never does.
         if not any(
-            job.call.name in rows
-            and execution_mode(rows[job.call.name]) == models.ExecutionMode.CELERY
-            for job in plan.jobs
+            call.name in rows and execution_mode(rows[call.name]) == models.ExecutionMode.CELERY
+            for call in tool_calls
         ):
             return None
         celery = CeleryToolExecutor(

@@ -218,7 +218,7 @@ def test_total_limit() -> None:
         call("a"),
     )
     assert texts(result) == ["a ok", "b ok", "a ok", total_text(3), total_text(3)]
-    assert recorder.ran == ["a", "b", "a"]
+    assert sorted(recorder.ran) == ["a", "a", "b"]  # the allowed calls ran (concurrently)
 
 
 def test_per_tool_none_exempts_that_tool_only() -> None:
@@ -320,7 +320,7 @@ def test_return_error_response_skips_the_call_and_goes_on() -> None:
         ToolResponse("2", "a", per_tool_text("a", 1), is_error=True),
         ToolResponse("3", "b", "b ok"),
     ]
-    assert recorder.ran == ["a", "b"]
+    assert sorted(recorder.ran) == ["a", "b"]  # the allowed calls ran (concurrently)
     assert result.return_direct is False
 
 

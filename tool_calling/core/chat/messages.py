@@ -29,7 +29,7 @@ class ToolCall:
     """The arguments as the model sent them: a JSON object, as text."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolResponse:
     """The result of one tool call, as text for the model."""
 
@@ -41,6 +41,16 @@ class ToolResponse:
     """The text the model sees."""
     is_error: bool = False
     """True when the response reports a failure (bad arguments, unknown tool, exception, limit)."""
+
+    # Every tool call builds one. A frozen dataclass's own __init__ sets each field through
+    # object.__setattr__, which costs more than the rest of the call's bookkeeping; writing the
+    # instance dict once is half the price, and the instance stays frozen (__setattr__ raises).
+    def __init__(self, id: str, name: str, response_data: str, is_error: bool = False) -> None:
+        fields = self.__dict__
+        fields["id"] = id
+        fields["name"] = name
+        fields["response_data"] = response_data
+        fields["is_error"] = is_error
 
 
 class Message:
@@ -91,7 +101,7 @@ class AssistantMessage(Message):
         return bool(self.tool_calls)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolResponseMessage(Message):
     """The responses to every tool call of one assistant message, in call order."""
 
@@ -101,11 +111,17 @@ class ToolResponseMessage(Message):
     metadata: dict[str, Any] = field(default_factory=dict)
     """Extra data about the responses."""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.responses, list):
-            object.__setattr__(self, "responses", list(self.responses))
-        if not isinstance(self.metadata, dict):
-            object.__setattr__(self, "metadata", dict(self.metadata))
+    # Built for every batch of tool calls: written like ToolResponse.__init__, for the same reason.
+    def __init__(
+        self,
+        responses: Sequence[ToolResponse] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        fields = self.__dict__
+        fields["responses"] = responses if isinstance(responses, list) else list(responses)
+        if metadata is None:
+            metadata = {}
+        fields["metadata"] = metadata if isinstance(metadata, dict) else dict(metadata)
 
     @property
     def text(self) -> str | None:  # type: ignore[override]

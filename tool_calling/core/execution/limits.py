@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from tool_calling.core.chat.messages import (
     AssistantMessage,
     Message,
+    ToolCall,
     ToolResponse,
     ToolResponseMessage,
     UserMessage,
@@ -25,6 +26,7 @@ __all__ = [
     "ToolCallLimits",
     "breach_text",
     "count_turn_calls",
+    "find_breaches",
 ]
 
 
@@ -61,6 +63,10 @@ class ToolCallLimits:
     """Calls allowed across all tools per turn."""
     on_limit_exceeded: ToolCallLimitBehavior = ToolCallLimitBehavior.THROW
     """Raise, or answer the breaching call with an error response and go on."""
+    # Derived once, read for every batch (find_breaches).
+    _unlimited: bool = field(default=False, init=False, repr=False, compare=False)
+    _uniform: bool = field(default=False, init=False, repr=False, compare=False)
+    _smallest: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_limit("max_calls_per_tool", self.max_calls_per_tool)
@@ -81,6 +87,17 @@ class ToolCallLimits:
                 f"on_limit_exceeded must be one of {choices}, got {self.on_limit_exceeded!r}"
             ) from None
         object.__setattr__(self, "on_limit_exceeded", behavior)
+        unlimited = (
+            self.max_total_tool_calls is None
+            and self.max_calls_per_tool is None
+            and all(v is None for v in per_tool.values())
+        )
+        object.__setattr__(self, "_unlimited", unlimited)
+        # Every tool has the same per-tool limit: no overrides, no exclusions.
+        object.__setattr__(self, "_uniform", not per_tool and not self.excluded_tools)
+        # A turn with at most this many calls breaches nothing.
+        limits = [self.max_calls_per_tool, self.max_total_tool_calls, *per_tool.values()]
+        object.__setattr__(self, "_smallest", min((n for n in limits if n is not None), default=0))
 
     def limit_for(self, tool_name: str) -> int | None:
         """Return the per-turn limit of ``tool_name``, or ``None`` when it has none."""
@@ -93,11 +110,7 @@ class ToolCallLimits:
     @property
     def is_unlimited(self) -> bool:
         """True when no limit can ever be reached."""
-        return (
-            self.max_total_tool_calls is None
-            and self.max_calls_per_tool is None
-            and all(v is None for v in self.per_tool.values())
-        )
+        return self._unlimited
 
 
 def breach_text(tool_name: str | None, limit: int) -> str:
@@ -131,31 +144,47 @@ def count_turn_calls(messages: Sequence[Message]) -> Counter[str]:
     return Counter(_turn_counts(messages))
 
 
-class LimitCounter:
-    """Counts the calls of one turn and reports the first limit each new call breaches."""
+def find_breaches(
+    limits: ToolCallLimits, history: Sequence[Message], calls: Sequence[ToolCall]
+) -> list[tuple[str | None, int] | None] | None:
+    """Count a batch's calls, in order, on top of the turn so far; report the breaching ones.
 
-    __slots__ = ("_counts", "_limits", "_total")
-
-    def __init__(self, limits: ToolCallLimits, history: Sequence[Message]) -> None:
-        self._limits = limits
-        self._counts = _turn_counts(history)
-        self._total = sum(self._counts.values()) if self._counts else 0
-
-    def add(self, tool_name: str) -> tuple[str | None, int] | None:
-        """Count one call of ``tool_name``; return ``(tool_name or None, limit)`` if it breaches.
-
-        The per-tool limit is checked before the total; the N-th call is allowed and the
-        N+1-th breaches.
-        """
-        count = self._counts[tool_name] = self._counts.get(tool_name, 0) + 1
-        self._total += 1
-        per_tool = self._limits.limit_for(tool_name)
-        if per_tool is not None and count > per_tool:
-            return tool_name, per_tool
-        total = self._limits.max_total_tool_calls
-        if total is not None and self._total > total:
-            return None, total
+    Returns ``None`` when no call breaches a limit (the common case), else one entry per call:
+    ``None`` for a call within the limits, ``(tool_name or None for the total, limit)`` for one
+    that breaches. Every call is counted, breaching or not; the per-tool limit is checked before
+    the total, and the N-th call is allowed while the N+1-th breaches.
+    """
+    if limits._unlimited:
         return None
+    if history and isinstance(history[-1], UserMessage):  # the turn's first batch
+        if len(calls) <= limits._smallest:
+            return None
+        counts: dict[str, int] = {}
+    else:
+        counts = _turn_counts(history)
+    total = sum(counts.values()) if counts else 0
+    if total + len(calls) <= limits._smallest:
+        return None  # no count can reach the smallest limit
+    max_total = limits.max_total_tool_calls
+    per_tool = limits.max_calls_per_tool
+    uniform = limits._uniform
+    breaches: list[tuple[str | None, int] | None] | None = None
+    for position, call in enumerate(calls):
+        name = call.name
+        count = counts[name] = counts.get(name, 0) + 1
+        total += 1
+        if not uniform:
+            per_tool = limits.limit_for(name)
+        if per_tool is not None and count > per_tool:
+            breach: tuple[str | None, int] = (name, per_tool)
+        elif max_total is not None and total > max_total:
+            breach = (None, max_total)
+        else:
+            continue
+        if breaches is None:
+            breaches = [None] * len(calls)
+        breaches[position] = breach
+    return breaches
 
 
 class ToolCallLimitExceededException(ToolCallingError):

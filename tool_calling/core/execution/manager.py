@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from types import EllipsisType
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from tool_calling.core._async import run_sync
-from tool_calling.core._settings import core_settings
+from tool_calling.core._settings import CoreSettings, core_settings
 from tool_calling.core.chat.messages import (
     AssistantMessage,
+    Message,
     ToolCall,
     ToolResponse,
     ToolResponseMessage,
 )
-from tool_calling.core.chat.prompt import ChatOptions, Prompt, ToolCallingChatOptions
+from tool_calling.core.chat.prompt import (
+    ChatOptions,
+    Prompt,
+    ToolCallbackList,
+    ToolCallingChatOptions,
+)
 from tool_calling.core.chat.response import ChatResponse
 from tool_calling.core.errors import ToolArgumentsError, ToolFailure, ToolResolutionError
 from tool_calling.core.execution.exception_processor import (
@@ -28,11 +35,11 @@ from tool_calling.core.execution.exception_processor import (
     ToolExecutionExceptionProcessor,
 )
 from tool_calling.core.execution.limits import (
-    LimitCounter,
     ToolCallLimitBehavior,
     ToolCallLimitExceededException,
     ToolCallLimits,
     breach_text,
+    find_breaches,
 )
 from tool_calling.core.execution.plan import PlannedCall, ToolCallPlan, ToolOutcome, ToolOutcomeKind
 from tool_calling.core.execution.resolvers import ToolCallbackResolver
@@ -40,7 +47,6 @@ from tool_calling.core.execution.result import ToolExecutionResult
 from tool_calling.core.tools.callback import (
     FunctionToolCallback,
     ToolCallback,
-    check_unique_names,
 )
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import ToolDefinition
@@ -90,13 +96,8 @@ class ToolCallExecutor(Protocol):
 
 _SHARED_POOL_SIZE = 32
 """Threads of the in-process pool shared by every batch (each batch keeps its own bound)."""
-_pool_thread = threading.local()
 _shared: ThreadPoolExecutor | None = None
 _shared_lock = threading.Lock()
-
-
-def _mark_pool_thread() -> None:
-    _pool_thread.active = True
 
 
 def _shared_pool() -> ThreadPoolExecutor:
@@ -106,40 +107,30 @@ def _shared_pool() -> ThreadPoolExecutor:
         with _shared_lock:
             if _shared is None:
                 _shared = ThreadPoolExecutor(
-                    max_workers=_SHARED_POOL_SIZE,
-                    thread_name_prefix="tool-calling",
-                    initializer=_mark_pool_thread,
+                    max_workers=_SHARED_POOL_SIZE, thread_name_prefix="tool-calling"
                 )
             pool = _shared
     return pool
 
 
-_index_cache: dict[tuple[int, ...], tuple[tuple[ToolCallback, ...], dict[str, ToolCallback]]] = {}
-_INDEX_CACHE_SIZE = 128
+_Job: TypeAlias = "tuple[int, ToolCall, ToolCallback, bool]"
+"""A call that is to run: its position in the batch, the call, its tool, whether that tool is
+return-direct."""
+_StoredJob: TypeAlias = "tuple[int, ToolCall, ToolCallback | None, bool]"
+"""A job of a plan being completed: its tool is ``None`` when the request no longer offers it."""
+_Result: TypeAlias = "str | ToolOutcome"
+"""How a job ended: its text when the tool returned, else its outcome (a failure)."""
+_Plan: TypeAlias = (
+    "tuple[AssistantMessage, list[ToolResponse | None], list[_Job], "
+    "tuple[int, str | None, int] | None, bool]"
+)
+"""A batch's decisions (a :class:`ToolCallPlan` without the per-job objects): the assistant
+message, the responses of calls answered without running, the jobs, the THROW breach, and
+whether tool calls are strict."""
 
-
-def _callback_index(callbacks: Sequence[ToolCallback]) -> dict[str, ToolCallback]:
-    """Return ``{name: callback}`` for a request's callbacks; checked and built once per list.
-
-    A request usually offers the same callbacks as the one before (same client defaults), so
-    the index and its duplicate check are cached by the callbacks' identities. The cache holds
-    the callbacks, so their ids cannot be reused while an entry lives. Treat the result as
-    read-only.
-    """
-    key = tuple(map(id, callbacks))
-    hit = _index_cache.get(key)
-    if hit is not None:
-        return hit[1]
-    # Two different tools under one name would make "which one runs" an accident of order.
-    check_unique_names(callbacks)
-    index: dict[str, ToolCallback] = {}
-    for callback in callbacks:
-        index.setdefault(callback.definition.name, callback)
-    if len(_index_cache) >= _INDEX_CACHE_SIZE:
-        _index_cache.clear()
-    _index_cache[key] = (tuple(callbacks), index)
-    return index
-
+_NO_RESULT = ToolOutcome(
+    ToolOutcomeKind.UNKNOWN, "The tool call ended without a result (an internal error)."
+)
 
 _EMPTY_CONTEXT = ToolContext()
 
@@ -167,8 +158,9 @@ class DefaultToolCallingManager(ToolCallingManager):
     Lookup is by exact name among the request's callbacks (``tool_callbacks`` plus the resolved
     ``tool_names``); the resolver is consulted for other names only when
     ``resolution_fallback_enabled`` is true. Limits are counted per turn before lookup. The calls
-    of one assistant message run concurrently (a single call runs inline); responses keep call
-    order. Bad arguments, unknown tools and tool exceptions become ``is_error`` responses the
+    of one assistant message run concurrently: a single call runs inline, a batch on the caller's
+    thread together with helpers from a shared pool; responses keep call order.
+    Bad arguments, unknown tools and tool exceptions become ``is_error`` responses the
     model can act on, unless strict tool calls (or the exception processor) say to raise.
 
     Args:
@@ -176,8 +168,9 @@ class DefaultToolCallingManager(ToolCallingManager):
         exception_processor: Turns tool exceptions into text; default from settings.
         limits: Per-turn call limits; default from settings (40 per tool, 150 in total).
         resolution_fallback_enabled: Look names the request did not offer up in the resolver.
-        executor: Where calls run; default an in-process thread pool per batch (async tools
-            on a shared event loop). Any ``concurrent.futures.Executor`` is accepted.
+        executor: Where calls run; default in-process (the caller's thread and pool helpers;
+            a batch of async tools on a shared event loop). Any ``concurrent.futures.Executor``
+            is accepted, and then runs every call.
         strict_tool_calls: Raise on bad arguments or unknown tools; default from settings.
         max_result_chars: Cut longer results (with a note); default from settings.
         max_concurrent_calls: How many calls of one batch run at once in-process; default from
@@ -210,7 +203,12 @@ class DefaultToolCallingManager(ToolCallingManager):
     def _request_callbacks(self, options: ChatOptions | None) -> dict[str, ToolCallback]:
         if not isinstance(options, ToolCallingChatOptions):
             return {}
-        callbacks = _callback_index(options.tool_callbacks)
+        offered = options.tool_callbacks
+        # ToolCallingChatOptions keeps a ToolCallbackList, which builds its index once and keeps
+        # it until the list changes; any other sequence is indexed anew.
+        if type(offered) is not ToolCallbackList:
+            offered = ToolCallbackList(offered)
+        callbacks = offered.cached_index or offered.by_name()
         if not options.tool_names:
             return callbacks
         callbacks = dict(callbacks)
@@ -256,23 +254,77 @@ class DefaultToolCallingManager(ToolCallingManager):
             ToolArgumentsError, ToolResolutionError: bad arguments or unknown tool with strict
                 tool calls.
         """
-        plan, callbacks = self._plan(prompt, chat_response)
-        outcomes = self._run(
-            plan.jobs,
-            callbacks,
-            _context(prompt.options),
-            core_settings().max_concurrent_calls,
-            self.batch_executor(plan),
-        )
-        return self._complete(prompt, plan, outcomes, [cb.definition for cb in callbacks])
+        settings = core_settings()
+        messages, options = prompt.messages, prompt.options
+        assistant = _calling_message(chat_response)
+        executor = self.batch_executor(assistant.tool_calls)
+        if executor is None and len(assistant.tool_calls) == 1:
+            done = self._execute_single(messages, options, assistant, settings)
+            if done is not None:
+                return done
+        plan = self._plan(messages, options, assistant, settings)
+        results = self._run(plan[2], options, settings, executor)
+        return self._complete(messages, plan, results, settings)
 
-    def batch_executor(self, plan: ToolCallPlan) -> Executor | ToolCallExecutor | None:
-        """Where the calls of ``plan`` run: ``executor``, or ``None`` for the default.
+    def batch_executor(self, tool_calls: Sequence[ToolCall]) -> Executor | ToolCallExecutor | None:
+        """Where the calls of one assistant message run: ``executor``, or ``None`` in-process.
 
         Override to choose per batch (the Django layer sends a batch to Celery workers only
         when one of its tools runs there).
         """
         return self.executor
+
+    def _execute_single(
+        self,
+        messages: list[Message],
+        options: ChatOptions | None,
+        assistant: AssistantMessage,
+        settings: CoreSettings,
+    ) -> ToolExecutionResult | None:
+        """Run the commonest batch: one call of an offered tool, within the limits, in-process.
+
+        The result is the one _plan, _run and _complete give (tests compare the two paths);
+        skipping their per-job lists and loops saves about a fifth of such a call's cost.
+        Returns ``None``, having run and reported nothing, for any other single call (a limit
+        breached, a tool not offered): the general path then decides it.
+        """
+        calls = assistant.tool_calls
+        limits = self.limits if self.limits is not None else settings.limits
+        if find_breaches(limits, messages, calls) is not None:
+            return None
+        call = calls[0]
+        callback = self._request_callbacks(options).get(call.name)
+        if callback is None:
+            return None
+        try:
+            result = self.call_tool(callback, call, _context(options))
+        except BaseException as exc:  # handled below, as _complete handles a failed job
+            outcome = ToolOutcome.from_exception(exc)
+        else:
+            max_chars = self._max_chars(settings)
+            if result is None:
+                result = ""
+            elif max_chars is not None and len(result) > max_chars:
+                result = _truncate(result, max_chars)
+            response = ToolResponse(call.id, call.name, result)
+            return ToolExecutionResult(
+                [*messages, assistant, ToolResponseMessage([response])],
+                callback.metadata.return_direct,
+            )
+        strict = self._strict(settings)
+        response = self._error_response(call, callback, outcome, strict, self._max_chars(settings))
+        return_direct = callback.metadata.return_direct and not outcome.is_a(ToolArgumentsError)
+        return ToolExecutionResult(
+            [*messages, assistant, ToolResponseMessage([response])], return_direct
+        )
+
+    def _strict(self, settings: CoreSettings) -> bool:
+        strict = self.strict_tool_calls
+        return settings.strict_tool_calls if strict is None else strict
+
+    def _max_chars(self, settings: CoreSettings) -> int | None:
+        max_chars = self.max_result_chars
+        return settings.max_result_chars if isinstance(max_chars, EllipsisType) else max_chars
 
     def plan_tool_calls(self, prompt: Prompt, chat_response: ChatResponse) -> ToolCallPlan:
         """Count the limits and look the tools up: decide which calls run, answer the others.
@@ -285,67 +337,59 @@ class DefaultToolCallingManager(ToolCallingManager):
             ValueError: the response has no tool calls.
             ToolResolutionError: an unknown tool with strict tool calls.
         """
-        return self._plan(prompt, chat_response)[0]
+        assistant, responses, jobs, breach, strict = self._plan(
+            prompt.messages, prompt.options, _calling_message(chat_response), core_settings()
+        )
+        planned = [PlannedCall(index, call, direct) for index, call, _, direct in jobs]
+        return ToolCallPlan(assistant, responses, planned, breach, strict)
 
     def _plan(
-        self, prompt: Prompt, chat_response: ChatResponse
-    ) -> tuple[ToolCallPlan, list[ToolCallback]]:
-        """The plan, and the callback of each of its jobs (in job order)."""
-        for generation in chat_response.generations:
-            if generation.output.tool_calls:
-                break
-        else:
-            raise ValueError("No tool call requested by the chat model")
-        assistant: AssistantMessage = generation.output
+        self,
+        messages: list[Message],
+        options: ChatOptions | None,
+        assistant: AssistantMessage,
+        settings: CoreSettings,
+    ) -> _Plan:
         calls = assistant.tool_calls
-        options = prompt.options
-        settings = core_settings()
-        strict = (
-            self.strict_tool_calls
-            if self.strict_tool_calls is not None
-            else settings.strict_tool_calls
-        )
+        strict = self._strict(settings)
         limits = self.limits if self.limits is not None else settings.limits
         callbacks = self._request_callbacks(options)
-
-        counter = None if limits.is_unlimited else LimitCounter(limits, prompt.messages)
+        breaches = find_breaches(limits, messages, calls)
         responses: list[ToolResponse | None] = [None] * len(calls)
-        jobs: list[PlannedCall] = []
-        job_callbacks: list[ToolCallback] = []
+        jobs: list[_Job] = []
         breach: tuple[int, str | None, int] | None = None
         for index, call in enumerate(calls):
-            if counter is not None:
-                exceeded = counter.add(call.name)
-                if exceeded is not None:
-                    self.on_limit_exceeded(call, breach_text(*exceeded))
-                    if limits.on_limit_exceeded is ToolCallLimitBehavior.THROW:
-                        breach = (index, *exceeded)
-                        break
-                    responses[index] = ToolResponse(
-                        call.id, call.name, breach_text(*exceeded), is_error=True
-                    )
-                    continue
-            callback = self._lookup(call.name, callbacks)
-            if callback is None:
-                text = self._unknown_tool_text(call.name, callbacks)
-                self.on_unavailable_tool(call, text)
-                if strict:
-                    raise ToolResolutionError(text)
-                logger.warning(
-                    "Model called unknown or unavailable tool %s", _quote_name(call.name)
+            exceeded = breaches[index] if breaches is not None else None
+            if exceeded is not None:
+                self.on_limit_exceeded(call, breach_text(*exceeded))
+                if limits.on_limit_exceeded is ToolCallLimitBehavior.THROW:
+                    breach = (index, *exceeded)
+                    break
+                responses[index] = ToolResponse(
+                    call.id, call.name, breach_text(*exceeded), is_error=True
                 )
-                responses[index] = ToolResponse(call.id, call.name, text, is_error=True)
                 continue
-            jobs.append(PlannedCall(index, call, callback.metadata.return_direct))
-            job_callbacks.append(callback)
-        plan = ToolCallPlan(assistant, responses, jobs, breach, strict)
-        return plan, job_callbacks
+            callback = callbacks.get(call.name)
+            if callback is None:
+                callback = self._fallback(call.name)
+                if callback is None:
+                    text = self._unknown_tool_text(call.name, callbacks)
+                    self.on_unavailable_tool(call, text)
+                    if strict:
+                        raise ToolResolutionError(text)
+                    logger.warning(
+                        "Model called unknown or unavailable tool %s", _quote_name(call.name)
+                    )
+                    responses[index] = ToolResponse(call.id, call.name, text, is_error=True)
+                    continue
+            jobs.append((index, call, callback, callback.metadata.return_direct))
+        return assistant, responses, jobs, breach, strict
 
-    def _lookup(self, name: str, callbacks: dict[str, ToolCallback]) -> ToolCallback | None:
-        callback = callbacks.get(name)
-        if callback is None and self.resolution_fallback_enabled and self.resolver is not None:
-            callback = self.resolver.resolve(name)
-        return callback
+    def _fallback(self, name: str) -> ToolCallback | None:
+        """The resolver's callback for a name the request does not offer, when allowed."""
+        if self.resolution_fallback_enabled and self.resolver is not None:
+            return self.resolver.resolve(name)
+        return None
 
     def complete_tool_calls(
         self, prompt: Prompt, plan: ToolCallPlan, outcomes: Sequence[ToolOutcome]
@@ -359,69 +403,79 @@ class DefaultToolCallingManager(ToolCallingManager):
             ToolCallLimitExceededException: the plan recorded a breach with the THROW behaviour.
             ToolExecutionException: a tool failed and the exception processor re-raised.
             ToolArgumentsError: bad arguments with strict tool calls.
+            ValueError: ``outcomes`` does not have one outcome per job.
         """
-        callbacks = self._request_callbacks(prompt.options)
-        definitions = []
-        for job in plan.jobs:
-            callback = self._lookup(job.call.name, callbacks)
-            definitions.append(
-                callback.definition if callback is not None else _bare_definition(job.call.name)
+        if len(outcomes) != len(plan.jobs):
+            raise ValueError(
+                f"The plan has {len(plan.jobs)} jobs but {len(outcomes)} outcomes were given; "
+                "pass one outcome per job, in job order."
             )
-        return self._complete(prompt, plan, outcomes, definitions)
+        callbacks = self._request_callbacks(prompt.options)
+        jobs: list[_StoredJob] = [
+            (
+                job.index,
+                job.call,
+                callbacks.get(job.call.name) or self._fallback(job.call.name),
+                job.return_direct,
+            )
+            for job in plan.jobs
+        ]
+        results: list[_Result] = [
+            outcome.text if outcome.kind is ToolOutcomeKind.OK else outcome for outcome in outcomes
+        ]
+        stored = (plan.assistant, list(plan.responses), jobs, plan.breach, plan.strict)
+        return self._complete(prompt.messages, stored, results, core_settings())
 
     def _complete(
         self,
-        prompt: Prompt,
-        plan: ToolCallPlan,
-        outcomes: Sequence[ToolOutcome],
-        definitions: Sequence[ToolDefinition],
+        messages: list[Message],
+        plan: tuple[
+            AssistantMessage,
+            list[ToolResponse | None],
+            Sequence[_StoredJob],
+            tuple[int, str | None, int] | None,
+            bool,
+        ],
+        results: Sequence[_Result],
+        settings: CoreSettings,
     ) -> ToolExecutionResult:
-        settings = core_settings()
-        calls = plan.assistant.tool_calls
-        responses = list(plan.responses)
-        jobs = plan.jobs
-        max_chars = (
-            settings.max_result_chars
-            if isinstance(self.max_result_chars, EllipsisType)
-            else self.max_result_chars
-        )
+        assistant, responses, jobs, breach, strict = plan
+        calls = assistant.tool_calls
+        max_chars = self._max_chars(settings)
         # Return-direct only when every call of the batch ran a return-direct tool. A call
         # answered with an unknown-tool, bad-arguments or limit text never ran, and that text is
         # for the model to act on, not an answer for the caller.
         return_direct = len(jobs) == len(calls)
-        for job, outcome, definition in zip(jobs, outcomes, definitions, strict=True):
-            call = job.call
-            ok = outcome.kind is ToolOutcomeKind.OK
-            if return_direct and (
-                not job.return_direct or (not ok and outcome.is_a(ToolArgumentsError))
-            ):
+        # One result per job: _run returns one each, complete_tool_calls checks its outcomes.
+        for (index, call, callback, direct), result in zip(jobs, results):  # noqa: B905
+            if isinstance(result, ToolOutcome):
+                if return_direct and (not direct or result.is_a(ToolArgumentsError)):
+                    return_direct = False
+                responses[index] = self._error_response(call, callback, result, strict, max_chars)
+                continue
+            if not direct:
                 return_direct = False
-            if ok:
-                result = outcome.text
-                if max_chars is not None and len(result) > max_chars:
-                    result = _truncate(result, max_chars)
-                responses[job.index] = ToolResponse(call.id, call.name, result)
-            else:
-                responses[job.index] = self._error_response(
-                    call, definition, outcome, plan.strict, max_chars
-                )
+            if max_chars is not None and len(result) > max_chars:
+                result = _truncate(result, max_chars)
+            responses[index] = ToolResponse(call.id, call.name, result)
 
-        assistant = plan.assistant
-        if plan.breach is not None:
-            index, tool_name, limit = plan.breach
+        if breach is not None:
+            index, tool_name, limit = breach
             call = calls[index]
             done = [r for r in responses[:index] if r is not None]
             done.append(
                 ToolResponse(call.id, call.name, breach_text(tool_name, limit), is_error=True)
             )
             partial = ToolExecutionResult(
-                [*prompt.messages, assistant, ToolResponseMessage(done)], return_direct=False
+                [*messages, assistant, ToolResponseMessage(done)], return_direct=False
             )
             raise ToolCallLimitExceededException(tool_name, limit, partial)
 
-        final = [r for r in responses if r is not None]
+        # Without a breach every call is answered: by its job, a limit text or an unknown-tool
+        # text.
+        final: list[ToolResponse] = responses  # type: ignore[assignment]
         return ToolExecutionResult(
-            [*prompt.messages, assistant, ToolResponseMessage(final)], return_direct=return_direct
+            [*messages, assistant, ToolResponseMessage(final)], return_direct
         )
 
     # -- hooks for subclasses (the Django layer audits and re-checks governance here) -------
@@ -434,7 +488,10 @@ class DefaultToolCallingManager(ToolCallingManager):
         Override to wrap every call (audit, authorization); raise to fail the call. Blank
         arguments arrive as ``"{}"``.
         """
-        return callback.call(_normalise_arguments(tool_call.arguments), tool_context)
+        arguments = tool_call.arguments
+        if not arguments or arguments.isspace():
+            arguments = "{}"
+        return callback.call(arguments, tool_context)
 
     async def acall_tool(
         self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
@@ -452,21 +509,21 @@ class DefaultToolCallingManager(ToolCallingManager):
         (``THROW``).
         """
 
-    def _invoke(
-        self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext
-    ) -> ToolOutcome:
+    def _invoke(self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext) -> _Result:
         try:
-            return ToolOutcome.ok(self.call_tool(callback, tool_call, context))
+            text = self.call_tool(callback, tool_call, context)
         except BaseException as exc:  # collected and handled in call order by the caller
             return ToolOutcome.from_exception(exc)
+        return "" if text is None else text
 
     async def _ainvoke(
         self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext
-    ) -> ToolOutcome:
+    ) -> _Result:
         try:
-            return ToolOutcome.ok(await self.acall_tool(callback, tool_call, context))
+            text = await self.acall_tool(callback, tool_call, context)
         except BaseException as exc:
             return ToolOutcome.from_exception(exc)
+        return "" if text is None else text
 
     def _unknown_tool_text(self, name: str, callbacks: dict[str, ToolCallback]) -> str:
         available = ", ".join(callbacks) or "none"
@@ -477,97 +534,78 @@ class DefaultToolCallingManager(ToolCallingManager):
 
     def _run(
         self,
-        jobs: Sequence[PlannedCall],
-        callbacks: Sequence[ToolCallback],
-        context: ToolContext,
-        default_concurrency: int,
+        jobs: Sequence[_Job],
+        options: ChatOptions | None,
+        settings: CoreSettings,
         executor: Executor | ToolCallExecutor | None,
-    ) -> list[ToolOutcome]:
+    ) -> list[_Result]:
         if not jobs:
             return []
+        context = _context(options)
         if executor is None:
-            if len(jobs) == 1:
-                return [self._invoke(callbacks[0], jobs[0].call, context)]
+            if len(jobs) == 1:  # a single call runs inline, in the caller's thread
+                _, call, callback, _ = jobs[0]
+                # _invoke's body, inlined: every single-call batch comes through here.
+                try:
+                    text = self.call_tool(callback, call, context)
+                except BaseException as exc:
+                    return [ToolOutcome.from_exception(exc)]
+                return ["" if text is None else text]
             return self._run_in_process(
-                jobs, callbacks, context, self.max_concurrent_calls or default_concurrency
+                jobs, context, self.max_concurrent_calls or settings.max_concurrent_calls
             )
-        futures: list[Future[str] | Future[ToolOutcome]] = []
-        for job, callback in zip(jobs, callbacks, strict=True):
+        futures: list[Future[str | ToolOutcome]] = []
+        for _, call, callback, _ in jobs:
             if isinstance(executor, ToolCallExecutor):
-                futures.append(executor.submit_tool_call(callback, job.call, context))
+                futures.append(executor.submit_tool_call(callback, call, context))  # type: ignore[arg-type]
             else:
-                futures.append(executor.submit(self._invoke, callback, job.call, context))
-        outcomes: list[ToolOutcome] = []
+                futures.append(executor.submit(self._invoke, callback, call, context))
+        results: list[_Result] = []
         for future in futures:
             try:
                 value = future.result()
             except BaseException as exc:
-                outcomes.append(ToolOutcome.from_exception(exc))
+                results.append(ToolOutcome.from_exception(exc))
                 continue
-            outcomes.append(value if isinstance(value, ToolOutcome) else ToolOutcome.ok(value))
-        return outcomes
+            if isinstance(value, ToolOutcome):
+                results.append(value.text if value.kind is ToolOutcomeKind.OK else value)
+            else:
+                results.append("" if value is None else value)
+        return results
 
     def _run_in_process(
-        self,
-        jobs: Sequence[PlannedCall],
-        callbacks: Sequence[ToolCallback],
-        context: ToolContext,
-        bound: int,
-    ) -> list[ToolOutcome]:
+        self, jobs: Sequence[_Job], context: ToolContext, bound: int
+    ) -> list[_Result]:
         bound = max(1, bound)
-        pairs = list(zip(jobs, callbacks, strict=True))
         native_async = type(self).call_tool is DefaultToolCallingManager.call_tool
         if native_async and all(
-            isinstance(cb, FunctionToolCallback) and cb.is_async for cb in callbacks
+            isinstance(cb, FunctionToolCallback) and cb.is_async for _, _, cb, _ in jobs
         ):
             # Only async tools: run them together on the shared event loop, no threads.
-            async def gather() -> list[ToolOutcome]:
+            async def gather() -> list[_Result]:
                 semaphore = asyncio.Semaphore(bound)
 
-                async def one(call: ToolCall, callback: ToolCallback) -> ToolOutcome:
+                async def one(call: ToolCall, callback: ToolCallback) -> _Result:
                     async with semaphore:
                         return await self._ainvoke(callback, call, context)
 
-                return list(await asyncio.gather(*(one(job.call, cb) for job, cb in pairs)))
+                return list(await asyncio.gather(*(one(call, cb) for _, call, cb, _ in jobs)))
 
             return run_sync(gather())
-        # In a mixed batch an async tool holds a worker while its coroutine runs on the shared
+        # In a mixed batch an async tool holds a thread while its coroutine runs on the shared
         # loop, so one bound covers sync and async calls alike.
-        if getattr(_pool_thread, "active", False) or bound > _SHARED_POOL_SIZE:
-            # A tool that itself runs tools (an agent used as a tool) gets a pool of its own, so
-            # nested batches can never deadlock the shared one.
-            with ThreadPoolExecutor(
-                max_workers=min(bound, len(jobs)),
-                thread_name_prefix="tool-calling",
-                initializer=_mark_pool_thread,
-            ) as pool:
-                futures = [
-                    pool.submit(
-                        contextvars.copy_context().run, self._invoke, callback, job.call, context
-                    )
-                    for job, callback in pairs
-                ]
-                return [future.result() for future in futures]
-        # The shared pool keeps its threads between batches (starting threads per batch costs
-        # more than small tools do); the semaphore holds each batch to its own bound, so a turn
-        # never queues behind the calls of other turns until the pool itself is full.
-        pool = _shared_pool()
-        slots = threading.BoundedSemaphore(min(bound, len(jobs)))
-        shared_futures: list[Future[ToolOutcome]] = []
-        for job, callback in pairs:
-            slots.acquire()
-            # Each call sees the caller's context variables (tracing, request-scoped state).
-            future = pool.submit(
-                contextvars.copy_context().run, self._invoke, callback, job.call, context
-            )
-            future.add_done_callback(lambda _: slots.release())
-            shared_futures.append(future)
-        return [future.result() for future in shared_futures]
+        if bound <= _SHARED_POOL_SIZE:
+            return _Batch(self, jobs, context, bound).run(_shared_pool())
+        # A bound larger than the shared pool gets a pool of its own for this batch.
+        with ThreadPoolExecutor(
+            max_workers=min(bound, len(jobs)) - 1, thread_name_prefix="tool-calling"
+        ) as pool:
+            return _Batch(self, jobs, context, bound).run(pool)
 
     def _error_response(
         self,
         call: ToolCall,
-        definition: ToolDefinition,
+        callback: ToolCallback | None,
         outcome: ToolOutcome,
         strict: bool,
         max_chars: int | None,
@@ -597,8 +635,111 @@ class DefaultToolCallingManager(ToolCallingManager):
             processor = DefaultToolExecutionExceptionProcessor(
                 always_throw=core_settings().throw_exception_on_error
             )
+        definition = callback.definition if callback is not None else _bare_definition(call.name)
         text = processor.process_outcome(definition, outcome)
         return ToolResponse(call.id, call.name, _truncate(text, max_chars), is_error=True)
+
+
+class _Batch:
+    """The calls of one batch, run by the caller's thread together with helpers from a pool.
+
+    The caller's thread takes calls one after another, and so does every helper. Before its first
+    call the caller asks the pool for one helper; each helper that finds calls left asks for the
+    next one, up to ``bound`` threads in all. Cheap calls are therefore all done by the caller
+    before the first helper is even scheduled: one hand-off per batch instead of one per call
+    (a pool hand-off costs several times a cheap call). Slow or blocking calls still fan out to
+    ``bound`` threads, one helper joining after another. No thread ever waits for a call that
+    nobody has taken, so a tool that runs a batch of its own (an agent used as a tool) never
+    deadlocks the pool, however full it is. A helper still queued when the batch ends is
+    cancelled, so busy pools do not fill up with helpers that would find nothing to do.
+    """
+
+    __slots__ = (
+        "_context",
+        "_done",
+        "_finish",
+        "_helpers",
+        "_jobs",
+        "_join",
+        "_manager",
+        "_pool",
+        "_requests",
+        "_results",
+        "_take",
+    )
+
+    def __init__(
+        self,
+        manager: DefaultToolCallingManager,
+        jobs: Sequence[_Job],
+        context: ToolContext,
+        bound: int,
+    ) -> None:
+        self._manager = manager
+        self._jobs = jobs
+        self._context = context
+        self._results: list[_Result] = [_NO_RESULT] * len(jobs)
+        # Counters whose __next__ is one C call, so threads take and finish calls without a lock.
+        self._take = itertools.count().__next__
+        self._finish = itertools.count(1).__next__
+        self._join = itertools.count(1).__next__
+        self._helpers = min(bound, len(jobs)) - 1
+        self._done = threading.Lock()
+        self._done.acquire()  # released by whoever finishes the last call
+        self._pool: ThreadPoolExecutor | None = None
+        self._requests: list[Future[None]] = []
+
+    def run(self, pool: ThreadPoolExecutor) -> list[_Result]:
+        """Run every call (the caller's thread among the workers) and return their results."""
+        self._pool = pool
+        # Each call sees the caller's context variables (tracing, request-scoped state) in a
+        # copy of its own, wherever it runs.
+        caller = contextvars.copy_context()
+        self._call_for_help(caller)
+        self._work(caller)
+        self._done.acquire()
+        for request in self._requests:
+            request.cancel()  # a helper that has not started yet: no call left for it
+        return self._results
+
+    def _call_for_help(self, caller: contextvars.Context) -> None:
+        if self._join() > self._helpers:
+            return
+        assert self._pool is not None
+        try:
+            self._requests.append(self._pool.submit(self._help, caller))
+        except RuntimeError:  # the interpreter is shutting down: the threads already working do
+            pass
+
+    def _help(self, caller: contextvars.Context) -> None:
+        self._work(caller, helper=True)
+
+    def _work(self, caller: contextvars.Context, helper: bool = False) -> None:
+        jobs = self._jobs
+        count = len(jobs)
+        invoke = self._manager._invoke
+        context = self._context
+        while (position := self._take()) < count:
+            if helper:
+                helper = False
+                if position + 1 < count:  # calls are left for one more thread
+                    self._call_for_help(caller)
+            _, call, callback, _ = jobs[position]
+            result: _Result = _NO_RESULT
+            try:
+                result = caller.copy().run(invoke, callback, call, context)
+            finally:  # counted even if _invoke itself failed, so the caller never hangs
+                self._results[position] = result
+                if self._finish() == count:
+                    self._done.release()
+
+
+def _calling_message(chat_response: ChatResponse) -> AssistantMessage:
+    """The output of the first generation that has tool calls."""
+    for generation in chat_response.generations:
+        if generation.output.tool_calls:
+            return generation.output
+    raise ValueError("No tool call requested by the chat model")
 
 
 def _context(options: ChatOptions | None) -> ToolContext:

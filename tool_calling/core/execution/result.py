@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -11,7 +12,7 @@ from tool_calling.core.chat.response import Generation
 __all__ = ["ToolExecutionResult"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolExecutionResult:
     """The history after a batch of tool calls, and whether its results go straight back."""
 
@@ -27,9 +28,18 @@ class ToolExecutionResult:
     return_direct: bool = False
     """True only when every executed tool is return-direct."""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.conversation_history, list):
-            object.__setattr__(self, "conversation_history", list(self.conversation_history))
+    # Built for every batch of tool calls; written like ToolResponse.__init__ (one dict write per
+    # field instead of object.__setattr__), and the instance stays frozen.
+    def __init__(
+        self, conversation_history: Sequence[Message], return_direct: bool = False
+    ) -> None:
+        fields = self.__dict__
+        fields["conversation_history"] = (
+            conversation_history
+            if isinstance(conversation_history, list)
+            else list(conversation_history)
+        )
+        fields["return_direct"] = return_direct
 
     @staticmethod
     def build_generations(result: ToolExecutionResult) -> list[Generation]:

@@ -19,6 +19,14 @@ def _collapse(lines: list[str]) -> str:
     return " ".join(" ".join(line.split()) for line in lines if line.strip()).strip()
 
 
+def function_docstring(function: object) -> tuple[str, dict[str, str]]:
+    """``parse_docstring(inspect.getdoc(function))``, without cleaning a one-line docstring."""
+    doc = getattr(function, "__doc__", None)
+    if isinstance(doc, str) and "\n" not in doc and ":" not in doc:
+        return " ".join(doc.split()), {}
+    return parse_docstring(inspect.getdoc(function))
+
+
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     """Return ``(summary, {parameter: description})`` from a Google- or Sphinx-style docstring.
 
@@ -26,6 +34,8 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     """
     if not doc:
         return "", {}
+    if "\n" not in doc and ":" not in doc:  # one line, no section, no :param: the summary
+        return " ".join(doc.split()), {}
     lines = inspect.cleandoc(doc).splitlines()
 
     summary_lines: list[str] = []

@@ -90,7 +90,30 @@ class FunctionToolCallback(ToolCallback):
     takes two). Functions marked with ``@tool`` reuse the spec built at decoration.
     """
 
-    __slots__ = ("_function", "_metadata", "_spec")
+    # definition, metadata and name are plain attributes here, not properties as on
+    # ToolCallback: the manager reads them for every call, and a property costs a Python call.
+    __slots__ = ("_function", "_spec", "definition", "metadata", "name")
+
+    definition: ToolDefinition
+    """The tool's definition, built once when the tool was defined."""
+    metadata: ToolMetadata
+    """Return-direct or not, approval or not."""
+    name: str
+    """Shortcut for ``definition.name``."""
+    _derived: tuple[str, ...] = ()
+    """The attributes of the three a subclass overrides (as properties): __init__ leaves them."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._derived = tuple(
+            attribute
+            for attribute in ("definition", "metadata", "name")
+            if not isinstance(inspect.getattr_static(cls, attribute), types.MemberDescriptorType)
+        )
+        if "definition" in cls._derived and "name" not in cls._derived:
+            # The name follows the overridden definition, as ToolCallback.name does.
+            cls.name = ToolCallback.name  # type: ignore[assignment]
+            cls._derived += ("name",)
 
     def __init__(
         self,
@@ -132,19 +155,21 @@ class FunctionToolCallback(ToolCallback):
             )
         self._function = function
         self._spec = spec
-        self._metadata = ToolMetadata(
+        metadata = ToolMetadata(
             return_direct=spec.return_direct, requires_approval=spec.requires_approval
         )
-
-    @property
-    def definition(self) -> ToolDefinition:
-        """The tool's definition, built once when the tool was defined."""
-        return self._spec.definition
-
-    @property
-    def metadata(self) -> ToolMetadata:
-        """Return-direct or not."""
-        return self._metadata
+        if not self._derived:
+            self.definition = spec.definition
+            self.name = spec.definition.name
+            self.metadata = metadata
+            return
+        for attribute, value in (
+            ("definition", spec.definition),
+            ("name", spec.definition.name),
+            ("metadata", metadata),
+        ):
+            if attribute not in self._derived:
+                setattr(self, attribute, value)
 
     @property
     def function(self) -> Callable[..., Any]:
@@ -162,14 +187,14 @@ class FunctionToolCallback(ToolCallback):
         Raises:
             ToolArgumentsError: not a JSON object, or it fails the tool's schema.
         """
-        self._spec.arguments.validate(self._spec.definition.name, tool_input)
+        self._spec.arguments.validate(self.name, tool_input)
 
     def _invoke(self, tool_input: str | None, tool_context: ToolContext | None) -> Any:
-        spec = self._spec
-        arguments = spec.arguments
-        value = arguments.validate(spec.definition.name, tool_input)
+        """Validate ``tool_input`` and call the function with it (a coroutine if async)."""
+        arguments = self._spec.arguments
+        value = arguments.validate(self.name, tool_input)
         if arguments.single_argument:
-            if spec.passes_context:
+            if self._spec.passes_context:
                 return self._function(value, tool_context or ToolContext())
             return self._function(value)
         if arguments.context_parameter is not None:
@@ -184,15 +209,24 @@ class FunctionToolCallback(ToolCallback):
             ToolExecutionException: the function raised, or its result cannot be converted.
         """
         spec = self._spec
+        arguments = spec.arguments
         try:
-            result = self._invoke(tool_input, tool_context)
+            if arguments.context_parameter is None and not arguments.single_argument:
+                # What _invoke does for a tool that takes keywords only, the commonest kind,
+                # without its frame: every call of a sync tool comes through here.
+                result = self._function(**arguments.validate(self.name, tool_input))
+            else:
+                result = self._invoke(tool_input, tool_context)
             if spec.is_async:
                 result = run_sync(result)
         except ToolArgumentsError:
             raise
         except BaseException as exc:
-            raise ToolExecutionException(spec.definition, exc) from exc
-        return self._convert(result)
+            raise ToolExecutionException(self.definition, exc) from exc
+        try:
+            return spec.converter(result, spec.return_type)
+        except Exception as exc:
+            raise ToolExecutionException(self.definition, exc) from exc
 
     async def acall(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
         """Async twin of :meth:`call`: awaits async functions, runs sync ones in a thread."""
@@ -204,7 +238,7 @@ class FunctionToolCallback(ToolCallback):
         except ToolArgumentsError:
             raise
         except BaseException as exc:
-            raise ToolExecutionException(spec.definition, exc) from exc
+            raise ToolExecutionException(self.definition, exc) from exc
         return self._convert(result)
 
     def _convert(self, result: Any) -> str:
@@ -212,7 +246,7 @@ class FunctionToolCallback(ToolCallback):
         try:
             return spec.converter(result, spec.return_type)
         except Exception as exc:
-            raise ToolExecutionException(spec.definition, exc) from exc
+            raise ToolExecutionException(self.definition, exc) from exc
 
 
 def _members_with_spec(cls: type) -> list[tuple[str, Any]]:

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from tool_calling.core.errors import ToolDefinitionError
-from tool_calling.core.tools._docstring import parse_docstring
-from tool_calling.core.tools.converter import DEFAULT_CONVERTER, ToolCallResultConverter
+from tool_calling.core.tools._docstring import function_docstring
+from tool_calling.core.tools.converter import DEFAULT_CONVERT, ToolCallResultConverter
 from tool_calling.core.tools.definition import ToolDefinition, validate_tool_name
 from tool_calling.core.tools.schema import (
     ArgumentsSchema,
     build_arguments_schema,
     build_input_type_schema,
+    parameters,
+    type_hints,
     unsupported_return,
 )
 
@@ -26,7 +29,7 @@ ResultConverter = ToolCallResultConverter | Callable[[Any, Any], str]
 SPEC_ATTRIBUTE = "__tool_spec__"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolSpec:
     """Everything known about a tool function, built once when it is defined."""
 
@@ -51,9 +54,57 @@ class ToolSpec:
     requires_approval: bool = False
     """Whether each call needs a person's approval before it runs."""
 
+    # One per tool, built at import: writing the instance dict costs a third of the generated
+    # frozen __init__ (object.__setattr__ per field); the instance stays frozen.
+    def __init__(
+        self,
+        definition: ToolDefinition,
+        arguments: ArgumentsSchema,
+        return_direct: bool,
+        converter: Callable[[Any, Any], str],
+        return_type: Any,
+        is_async: bool,
+        takes_self: bool,
+        origin: str,
+        passes_context: bool = False,
+        requires_approval: bool = False,
+    ) -> None:
+        fields = self.__dict__
+        fields["definition"] = definition
+        fields["arguments"] = arguments
+        fields["return_direct"] = return_direct
+        fields["converter"] = converter
+        fields["return_type"] = return_type
+        fields["is_async"] = is_async
+        fields["takes_self"] = takes_self
+        fields["origin"] = origin
+        fields["passes_context"] = passes_context
+        fields["requires_approval"] = requires_approval
+
+
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
 
 def _origin(function: Any) -> str:
     return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', function)}"
+
+
+def _return_type(function: Callable[..., Any], hints: dict[str, Any] | None) -> Any:
+    """The return annotation as ``typing.get_type_hints`` gives it (``Annotated`` stripped)."""
+    if hints is None or "return" not in hints:
+        return inspect.Signature.empty
+    return_type = hints["return"]
+    if _has_annotated(return_type):
+        return typing.get_type_hints(function)["return"]  # strips Annotated at every depth
+    return return_type
+
+
+def _has_annotated(tp: Any) -> bool:
+    if isinstance(tp, type):  # a plain class (str, a model): nothing inside
+        return False
+    return typing.get_origin(tp) is typing.Annotated or any(
+        _has_annotated(arg) for arg in typing.get_args(tp)
+    )
 
 
 def build_spec(
@@ -77,45 +128,58 @@ def build_spec(
     if tool_name is None:
         raise ToolDefinitionError(f"Tool defined by {origin} has no name; pass name=...")
     validate_tool_name(tool_name, origin)
-    if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+    if type(function) is types.FunctionType:  # a plain def: its code object says it all
+        is_generator = bool(function.__code__.co_flags & _GENERATOR_FLAGS)
+    else:
+        is_generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
+    if is_generator:
         raise ToolDefinitionError(
             f"Tool {tool_name!r} ({origin}): generator functions are not supported; "
             "return a list or a str instead."
         )
-    summary, param_docs = parse_docstring(inspect.getdoc(function))
+    summary, param_docs = function_docstring(function)
     if description is None:
         description = summary or tool_name.replace("_", " ")
+    # One resolution of the hints serves the return type and the parameters. A failure is
+    # reported by build_arguments_schema (an input-type tool does not need them).
+    hints: dict[str, Any] | None
     try:
-        hints = typing.get_type_hints(function)
+        hints = type_hints(function)
     except Exception:
-        hints = {}
-    return_type = hints.get("return", inspect.Signature.empty)
+        hints = None
+    return_type = _return_type(function, hints)
     reason = unsupported_return(return_type)
     if reason:
         raise ToolDefinitionError(
             f"Tool {tool_name!r} ({origin}): unsupported return type ({reason}); "
             "return a str or a JSON-serialisable value."
         )
-    parameters = list(inspect.signature(function).parameters.values())
+    signature = parameters(function)
     if skip_first is None:
-        skip_first = bool(parameters) and parameters[0].name in ("self", "cls")
+        skip_first = bool(signature) and signature[0].name in ("self", "cls")
     passes_context = False
     arguments: ArgumentsSchema
     if input_type is not None:
         arguments = build_input_type_schema(input_type, tool_name=tool_name)
         positional = [
             p
-            for p in parameters[1 if skip_first else 0 :]
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            for p in signature[1 if skip_first else 0 :]
+            if p.kind
+            in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         ]
         passes_context = len(positional) >= 2
     else:
         arguments = build_arguments_schema(
-            function, tool_name=tool_name, skip_first=skip_first, param_descriptions=param_docs
+            function,
+            tool_name=tool_name,
+            skip_first=skip_first,
+            param_descriptions=param_docs,
+            signature=signature,
+            hints=hints,
         )
     converter: Callable[[Any, Any], str]
     if result_converter is None:
-        converter = DEFAULT_CONVERTER
+        converter = DEFAULT_CONVERT
     elif isinstance(result_converter, ToolCallResultConverter):
         converter = result_converter.convert
     elif callable(result_converter):
@@ -125,8 +189,12 @@ def build_spec(
             f"Tool {tool_name!r} ({origin}): result_converter must be a ToolCallResultConverter "
             f"or a callable (result, return_type) -> str, got {type(result_converter).__name__}."
         )
+    if arguments.json_schema_built:
+        definition = ToolDefinition(tool_name, description, arguments.json_schema)
+    else:
+        definition = ToolDefinition._deferred(tool_name, description, lambda: arguments.json_schema)
     return ToolSpec(
-        definition=ToolDefinition(tool_name, description, arguments.json_schema),
+        definition=definition,
         arguments=arguments,
         return_direct=bool(return_direct),
         converter=converter,

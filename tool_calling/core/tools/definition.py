@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tool_calling.core.errors import ToolDefinitionError
 
@@ -27,6 +29,9 @@ def validate_tool_name(name: object, origin: str | None = None) -> str:
     return name
 
 
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def _invisible_character(text: str) -> tuple[int, str] | None:
     """Return the position and character of the first invisible or control character, if any.
 
@@ -34,6 +39,8 @@ def _invisible_character(text: str) -> tuple[int, str] | None:
     characters other than tab and newline can hide instructions from the people who review a
     tool's description while the model still reads them.
     """
+    if text.isascii() and _ASCII_CONTROL.search(text) is None:  # the common case, at C speed
+        return None
     for position, char in enumerate(text):
         category = unicodedata.category(char)
         if category == "Cf" or (category == "Cc" and char not in "\t\n\r"):
@@ -53,7 +60,57 @@ class ToolDefinition:
     """JSON Schema (an object schema) of the tool's arguments."""
 
     def __post_init__(self) -> None:
+        self._check_name_and_description()
+        _check_input_schema(self.name, self.input_schema)
+
+    @classmethod
+    def _deferred(
+        cls, name: str, description: str, input_schema: Callable[[], JsonSchema]
+    ) -> ToolDefinition:
+        """A definition whose input schema is built by ``input_schema()`` when first read.
+
+        ``@tool`` uses this so that importing a module of tools costs no schema generation;
+        the description is checked at once (the caller has checked the name), and the schema is
+        built (once) by whoever first reads it: a request offering the tool, the registry's
+        sync, an equality test.
+
+        Raises:
+            ToolDefinitionError: the description is invalid.
+        """
+        definition = cls.__new__(cls)
+        fields = definition.__dict__  # frozen: write the fields the way __init__ would
+        fields["name"] = name
+        fields["description"] = description
+        fields["_make_input_schema"] = input_schema
+        definition._check_description()
+        return definition
+
+    if not TYPE_CHECKING:  # typed as the plain field; only a deferred definition gets here
+
+        def __getattr__(self, attribute: str) -> Any:
+            if attribute != "input_schema" or "_make_input_schema" not in self.__dict__:
+                raise AttributeError(
+                    f"{type(self).__name__!r} object has no attribute {attribute!r}"
+                )
+            with _schema_lock:
+                fields = self.__dict__
+                if "input_schema" not in fields:
+                    schema = fields["_make_input_schema"]()
+                    _check_input_schema(self.name, schema)
+                    fields["input_schema"] = schema
+                    del fields["_make_input_schema"]
+                return fields["input_schema"]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the built schema, never the function that builds it."""
+        self.input_schema  # noqa: B018 - builds a deferred schema
+        return dict(self.__dict__)
+
+    def _check_name_and_description(self) -> None:
         validate_tool_name(self.name)
+        self._check_description()
+
+    def _check_description(self) -> None:
         if not isinstance(self.description, str):
             raise ToolDefinitionError(
                 f"Tool {self.name!r}: description must be a str, "
@@ -67,11 +124,16 @@ class ToolDefinition:
                 f"U+{ord(char):04X} ({unicodedata.name(char, 'unnamed')}) at position {position}; "
                 "remove it."
             )
-        if not isinstance(self.input_schema, dict) or self.input_schema.get("type") != "object":
-            raise ToolDefinitionError(
-                f"Tool {self.name!r}: input_schema must be a JSON Schema object "
-                'with "type": "object".'
-            )
+
+
+_schema_lock = threading.RLock()
+
+
+def _check_input_schema(name: str, schema: Any) -> None:
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise ToolDefinitionError(
+            f'Tool {name!r}: input_schema must be a JSON Schema object with "type": "object".'
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

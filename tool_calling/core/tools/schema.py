@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections.abc
 import concurrent.futures
+import contextlib
 import copy
+import datetime
+import decimal
 import inspect
 import json
+import keyword
 import re
+import threading
 import types
 import typing
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,
+    Required,
+    TypeAlias,
+    Union,
+    get_args,
+    get_origin,
+)
 
 import pydantic
 import pydantic_core
@@ -27,10 +44,13 @@ from tool_calling.core.tools.definition import JsonSchema
 
 __all__ = [
     "ArgumentsSchema",
+    "Parameter",
     "ToolParam",
     "build_arguments_schema",
+    "parameters",
     "parse_arguments_object",
     "to_strict_json_schema",
+    "type_hints",
 ]
 
 
@@ -421,35 +441,51 @@ def _check_json_text(tool_name: str, text: str) -> None:
 
 
 class ArgumentsSchema:
-    """The JSON Schema of a tool's arguments and the validator that turns model JSON into kwargs."""
+    """The JSON Schema of a tool's arguments and the validator that turns model JSON into kwargs.
+
+    Either part may be given as a function that builds it: it is then built on first use (under
+    a lock, once). ``build_arguments_schema`` defers only what cannot fail, so every definition
+    error still surfaces when the tool is defined.
+    """
 
     __slots__ = (
-        "_adapter",
-        "_validator",
+        "_flat",
+        "_json_schema",
+        "_make_json_schema",
+        "_make_validator",
         "_none_means_default",
         "_strict",
+        "_validator",
         "context_parameter",
-        "json_schema",
         "parameters",
         "single_argument",
     )
 
     def __init__(
         self,
-        json_schema: JsonSchema,
-        adapter: pydantic.TypeAdapter[Any],
+        json_schema: JsonSchema | Callable[[], JsonSchema],
+        adapter: pydantic.TypeAdapter[Any] | Callable[[], pydantic.TypeAdapter[Any]],
         *,
         parameters: tuple[str, ...] = (),
         context_parameter: str | None = None,
         none_means_default: frozenset[str] = frozenset(),
         single_argument: bool = False,
         strict: bool | None = True,
+        flat: bool = False,
     ) -> None:
-        self.json_schema = json_schema
-        """The JSON Schema sent to the model."""
-        self._adapter = adapter
+        self._json_schema: JsonSchema | None = None
+        self._make_json_schema: Callable[[], JsonSchema] | None = None
+        if callable(json_schema):
+            self._make_json_schema = json_schema
+        else:
+            self._json_schema = json_schema
         # The core validator directly: TypeAdapter.validate_json adds a Python frame per call.
-        self._validator: Any = adapter.validator
+        self._validator: Any = None
+        self._make_validator: Callable[[], pydantic.TypeAdapter[Any]] | None = None
+        if callable(adapter):  # a TypeAdapter itself is not callable
+            self._make_validator = adapter
+        else:
+            self._validator = adapter.validator
         self.parameters = parameters
         """Names of the parameters in the schema, in order."""
         self.context_parameter = context_parameter
@@ -458,9 +494,42 @@ class ArgumentsSchema:
         self.single_argument = single_argument
         """True when the function takes one instance of an input type instead of keywords."""
         self._strict = strict
+        # Every parameter is a str, number, bool, None or Literal of those (see _is_flat).
+        self._flat = flat
 
-    def _validate_json(self, text: str) -> Any:
-        return self._validator.validate_json(text, strict=self._strict, **_EXTRA)
+    @property
+    def json_schema(self) -> JsonSchema:
+        """The JSON Schema sent to the model."""
+        schema = self._json_schema
+        if schema is None:
+            with _build_lock:
+                if self._json_schema is None:
+                    assert self._make_json_schema is not None
+                    self._json_schema = self._make_json_schema()
+                    self._make_json_schema = None
+                schema = self._json_schema
+        return schema
+
+    @property
+    def json_schema_built(self) -> bool:
+        """Whether :attr:`json_schema` is built already (else it is built on first read)."""
+        return self._json_schema is not None
+
+    def build(self) -> None:
+        """Build whatever is still deferred now (and raise its errors now)."""
+        self.json_schema  # noqa: B018 - built on access
+        self._load_validator()
+
+    def _load_validator(self) -> Any:
+        validator = self._validator
+        if validator is None:
+            with _build_lock:
+                if self._validator is None:
+                    assert self._make_validator is not None
+                    self._validator = self._make_validator().validator
+                    self._make_validator = None
+                validator = self._validator
+        return validator
 
     def validate(self, tool_name: str, tool_input: str | None) -> Any:
         """Validate the model's JSON; return kwargs (or the input instance).
@@ -471,13 +540,27 @@ class ArgumentsSchema:
         Raises:
             ToolArgumentsError: the JSON is invalid or fails the schema.
         """
-        if tool_input is None or not tool_input.strip():
+        if not tool_input or tool_input.isspace():
             tool_input = "{}"
+        validator = self._validator or self._load_validator()
+        flat = self._flat
         try:
-            value = self._validate_json(tool_input)
+            if flat:
+                # The schema's own config is strict and forbids extra keys, and a flat schema
+                # has no nested model whose config could differ: no run-time options needed
+                # (passing them costs as much again as validating two fields).
+                value = validator.validate_json(tool_input)
+            else:
+                value = validator.validate_json(tool_input, strict=self._strict, **_EXTRA)
         except pydantic.ValidationError as exc:
             value = self._retry_without_nulls(tool_name, tool_input, exc)
-        if not _plainly_unique(tool_input, value):
+        if flat:
+            # Every value validated as a scalar, so each ':' outside strings separates a key
+            # from its value: as many ':' as keys proves no key was repeated (NaN and Infinity
+            # fail a scalar's validation). A ':' inside a string sends it to the full check.
+            if tool_input.count(":") != len(value):
+                _check_json_text(tool_name, tool_input)
+        elif not _plainly_unique(tool_input, value):
             _check_json_text(tool_name, tool_input)
         if self._none_means_default and not self.single_argument:
             for name in self._none_means_default:
@@ -503,10 +586,16 @@ class ArgumentsSchema:
                     if not (k in self._none_means_default and v is None)
                 }
                 try:
-                    return self._validate_json(json.dumps(kept))
+                    return self._validator.validate_json(
+                        json.dumps(kept), strict=self._strict, **_EXTRA
+                    )
                 except pydantic.ValidationError as exc:
                     error = exc
         raise ToolArgumentsError(tool_name, describe_validation_error(tool_name, error)) from error
+
+
+_build_lock = threading.RLock()
+"""Guards the first build of deferred schemas and validators (each is built once)."""
 
 
 def _schema_for(adapter: pydantic.TypeAdapter[Any], where: str) -> JsonSchema:
@@ -536,65 +625,181 @@ def _make_typed_dict(name: str, fields: dict[str, Any]) -> Any:
     return typed_dict
 
 
+class Parameter(typing.NamedTuple):
+    """What a tool needs to know of a parameter (``inspect.Parameter`` without its properties)."""
+
+    name: str
+    kind: inspect._ParameterKind
+    default: Any
+
+
+_P = inspect.Parameter
+_new = tuple.__new__
+_CO_VARARGS = inspect.CO_VARARGS
+_CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
+
+
+def _decorated(function: types.FunctionType) -> bool:
+    """Whether a function says its signature is another's (``functools.wraps``, __signature__)."""
+    attributes = function.__dict__  # a plain lookup: hasattr() raises and catches inside
+    return "__wrapped__" in attributes or "__signature__" in attributes
+
+
+def parameters(function: Callable[..., Any]) -> list[Parameter]:
+    """The parameters of ``function`` in order, as ``inspect.signature`` reports them.
+
+    A plain function (no ``__wrapped__``, no ``__signature__``) is read from its code object, as
+    ``inspect`` itself does, without building a Signature (most of the cost of ``@tool``);
+    everything else goes through ``inspect.signature``.
+
+    Raises:
+        TypeError, ValueError: as ``inspect.signature`` does for what has no signature.
+    """
+    if type(function) is not types.FunctionType or _decorated(function):
+        return [
+            Parameter(p.name, p.kind, p.default)
+            for p in inspect.signature(function).parameters.values()
+        ]
+    code = function.__code__
+    names = code.co_varnames
+    positional = code.co_argcount
+    positional_only = code.co_posonlyargcount
+    keyword_only = code.co_kwonlyargcount
+    defaults = function.__defaults__ or ()
+    keyword_defaults = function.__kwdefaults__ or {}
+    first_default = positional - len(defaults)
+    # tuple.__new__ builds each NamedTuple without the Python frame of Parameter(...).
+    result = [
+        _new(
+            Parameter,
+            (
+                names[i],
+                _P.POSITIONAL_ONLY if i < positional_only else _P.POSITIONAL_OR_KEYWORD,
+                defaults[i - first_default] if i >= first_default else _P.empty,
+            ),
+        )
+        for i in range(positional)
+    ]
+    following = positional + keyword_only  # where *args and **kwargs are named
+    if code.co_flags & _CO_VARARGS:
+        result.append(_new(Parameter, (names[following], _P.VAR_POSITIONAL, _P.empty)))
+        following += 1
+    for name in names[positional : positional + keyword_only]:
+        default = keyword_defaults.get(name, _P.empty)
+        result.append(_new(Parameter, (name, _P.KEYWORD_ONLY, default)))
+    if code.co_flags & _CO_VARKEYWORDS:
+        result.append(_new(Parameter, (names[following], _P.VAR_KEYWORD, _P.empty)))
+    return result
+
+
+def type_hints(function: Callable[..., Any]) -> dict[str, Any]:
+    """``typing.get_type_hints(function, include_extras=True)``, quicker for plain class names.
+
+    Under ``from __future__ import annotations`` every annotation is a string, and
+    ``get_type_hints`` compiles each one. An annotation that names a class (``"str"``,
+    ``"Order"``) is looked up directly, as ``get_type_hints`` would resolve it; anything else
+    (generics, ``Annotated``, a decorated function) goes to ``get_type_hints`` itself.
+
+    Raises:
+        Exception: whatever ``typing.get_type_hints`` raises (``NameError`` mostly).
+    """
+    if type(function) is not types.FunctionType or _decorated(function):
+        return typing.get_type_hints(function, include_extras=True)
+    annotations = function.__annotations__
+    namespace = function.__globals__
+    hints: dict[str, Any] = {}
+    for name, annotation in annotations.items():
+        value = annotation
+        if isinstance(annotation, str):
+            if not annotation.isidentifier() or keyword.iskeyword(annotation):
+                return typing.get_type_hints(function, include_extras=True)
+            value = namespace.get(annotation, _MISSING)
+            if value is _MISSING:
+                value = getattr(builtins, annotation, _MISSING)
+        if value is None:
+            value = type(None)
+        if not isinstance(value, type):
+            return typing.get_type_hints(function, include_extras=True)
+        hints[name] = value
+    return hints
+
+
+_MISSING = object()
+
+
 def build_arguments_schema(
     function: Callable[..., Any],
     *,
     tool_name: str,
     skip_first: bool = False,
     param_descriptions: Mapping[str, str] | None = None,
+    signature: list[Parameter] | None = None,
+    hints: Mapping[str, Any] | None = None,
 ) -> ArgumentsSchema:
     """Build the schema and validator of ``function``'s parameters.
+
+    ``signature`` (``parameters(function)``) and ``hints`` (``type_hints(function)``) may be
+    passed when the caller has them already.
 
     Raises:
         ToolDefinitionError: a parameter is variadic, unannotated or of an unsupported type.
     """
-    where = f"Tool {tool_name!r} ({_origin(function)})"
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError) as exc:
-        raise ToolDefinitionError(f"{where}: cannot read the signature: {exc}") from exc
-    try:
-        hints = typing.get_type_hints(function, include_extras=True)
-    except Exception as exc:  # NameError for unresolved forward references, mostly
-        raise ToolDefinitionError(f"{where}: cannot resolve the type hints: {exc}") from exc
+    if signature is None:
+        try:
+            signature = parameters(function)
+        except (TypeError, ValueError) as exc:
+            where = _where(tool_name, function)
+            raise ToolDefinitionError(f"{where}: cannot read the signature: {exc}") from exc
+    if hints is None:
+        try:
+            hints = type_hints(function)
+        except Exception as exc:  # NameError for unresolved forward references, mostly
+            where = _where(tool_name, function)
+            raise ToolDefinitionError(f"{where}: cannot resolve the type hints: {exc}") from exc
     if param_descriptions is None:
         param_descriptions = parse_docstring(inspect.getdoc(function))[1]
 
     problems: list[str] = []
-    schema_fields: dict[str, Any] = {}
-    validation_fields: dict[str, Any] = {}
+    fields: list[_Field] = []
     names: list[str] = []
     none_means_default: set[str] = set()
     defaults: dict[str, Any] = {}
     context_parameter: str | None = None
-    params = list(signature.parameters.values())
-    if skip_first and params:
-        params = params[1:]
-    for param in params:
+    deferrable = flat = True
+    for param in signature[1:] if skip_first else signature:
         name = param.name
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD):
             problems.append(f"parameter {name!r}: *args and **kwargs are not supported")
             continue
-        if param.kind is param.POSITIONAL_ONLY:
+        if param.kind is _P.POSITIONAL_ONLY:
             problems.append(f"parameter {name!r}: positional-only parameters are not supported")
             continue
         if name not in hints:
             problems.append(f"parameter {name!r} has no type annotation; add one")
             continue
         annotation = hints[name]
-        if _is_tool_context(annotation):
-            context_parameter = name
-            continue
-        base, tool_param, extras = _split_annotated(annotation)
-        reason = _unsupported(base)
-        if reason:
-            problems.append(
-                f"parameter {name!r} has unsupported type {_type_name(base)} ({reason}); "
-                "use a JSON-serialisable type such as str, int, a list or a pydantic model"
-            )
-            continue
-        has_default = param.default is not inspect.Parameter.empty
-        optional = _is_optional(base)
+        base: Any
+        extras: tuple[Any, ...]
+        if _is_among(annotation, _SCALARS):  # str, int, ...: nothing inside to look at
+            base, tool_param, extras = annotation, None, ()
+            optional = annotation is type(None)
+        else:
+            if _is_tool_context(annotation):
+                context_parameter = name
+                continue
+            base, tool_param, extra_list = _split_annotated(annotation)
+            extras = tuple(extra_list)
+            reason = _unsupported(base)
+            if reason:
+                problems.append(
+                    f"parameter {name!r} has unsupported type {_type_name(base)} ({reason}); "
+                    "use a JSON-serialisable type such as str, int, a list or a pydantic model"
+                )
+                continue
+            optional = _is_optional(base)
+            deferrable = deferrable and not extras and _known_to_pydantic(base)
+            flat = flat and not extras and _is_scalar(base)
+        has_default = param.default is not _P.empty
         if tool_param is not None and tool_param.required is not None:
             required = tool_param.required
         else:
@@ -602,37 +807,98 @@ def build_arguments_schema(
         description = (tool_param.description if tool_param else "") or param_descriptions.get(
             name, ""
         )
-        has_field_description = any(isinstance(e, FieldInfo) and e.description for e in extras)
-        metadata = list(extras)
-        if description and not has_field_description:
-            metadata.append(pydantic.Field(description=description))
-        typed: Any = Annotated[(base, *metadata)] if metadata else base
-        schema_fields[name] = Required[typed] if required else NotRequired[typed]
-        if required:
-            validation_fields[name] = Required[typed]
-        else:
-            # Strict-mode models send null for optional parameters: accept it, and let the
-            # function's own default apply when the type itself does not allow None.
-            nullable: Any = Union[base, None]  # noqa: UP007 - base is a runtime value
-            if metadata:
-                nullable = Annotated[(nullable, *metadata)]
-            validation_fields[name] = NotRequired[nullable]
+        fields.append((name, base, extras, description, required))
+        names.append(name)
+        if not required:
             if not optional and has_default:
                 none_means_default.add(name)
             if has_default and param.default is not None:
                 defaults[name] = param.default
-        names.append(name)
     if problems:
+        where = _where(tool_name, function)
         raise ToolDefinitionError(f"{where}: " + "; ".join(problems) + ".")
 
-    type_name = f"{tool_name.replace('.', '_').replace('-', '_')}_arguments"
+    def make_json_schema() -> JsonSchema:
+        where = _where(tool_name, function)
+        with _definition_errors(where, fields):
+            typed_dict = _make_typed_dict(_type_name_of(tool_name), _schema_fields(fields))
+            raw = _schema_for(pydantic.TypeAdapter(typed_dict), where)
+        return _with_defaults(clean_schema(raw), defaults)
+
+    def make_validator() -> pydantic.TypeAdapter[Any]:
+        with _definition_errors(_where(tool_name, function), fields):
+            typed_dict = _make_typed_dict(_type_name_of(tool_name), _validation_fields(fields))
+            return pydantic.TypeAdapter(typed_dict)
+
+    arguments = ArgumentsSchema(
+        make_json_schema,
+        make_validator,
+        parameters=tuple(names),
+        context_parameter=context_parameter,
+        none_means_default=frozenset(none_means_default),
+        flat=flat,
+    )
+    if not deferrable:
+        # pydantic might reject these types: build now, so the error surfaces at definition.
+        arguments.build()
+    return arguments
+
+
+def _where(tool_name: str, function: Any) -> str:
+    return f"Tool {tool_name!r} ({_origin(function)})"
+
+
+def _type_name_of(tool_name: str) -> str:
+    return f"{tool_name.replace('.', '_').replace('-', '_')}_arguments"
+
+
+_Field: TypeAlias = "tuple[str, Any, tuple[Any, ...], str, bool]"
+"""One parameter of a keyword tool as the schema and the validator need it: its name, bare type,
+other ``Annotated`` metadata, description, and whether it is required."""
+
+
+def _annotated(field: _Field) -> tuple[Any, list[Any]]:
+    """The parameter's type with its metadata (and its description as a pydantic Field)."""
+    _, base, extras, description, _ = field
+    metadata = list(extras)
+    has_description = any(isinstance(e, FieldInfo) and e.description for e in metadata)
+    if description and not has_description:
+        metadata.append(pydantic.Field(description=description))
+    return (Annotated[(base, *metadata)] if metadata else base), metadata
+
+
+def _schema_fields(fields: list[_Field]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for field in fields:
+        typed, _ = _annotated(field)
+        result[field[0]] = Required[typed] if field[4] else NotRequired[typed]
+    return result
+
+
+def _validation_fields(fields: list[_Field]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for field in fields:
+        name, base, _, _, required = field
+        typed, metadata = _annotated(field)
+        if required:
+            result[name] = Required[typed]
+            continue
+        # Strict-mode models send null for optional parameters: accept it, and let the
+        # function's own default apply when the type itself does not allow None.
+        nullable: Any = Union[base, None]  # noqa: UP007 - base is a runtime value
+        if metadata:
+            nullable = Annotated[(nullable, *metadata)]
+        result[name] = NotRequired[nullable]
+    return result
+
+
+@contextlib.contextmanager
+def _definition_errors(where: str, fields: list[_Field]) -> Iterator[None]:
+    """Turn pydantic's complaints about a tool's types into ``ToolDefinitionError``."""
     try:
-        schema_type = _make_typed_dict(type_name, schema_fields)
-        raw = _schema_for(pydantic.TypeAdapter(schema_type), where)
-        validation_type = _make_typed_dict(type_name, validation_fields)
-        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(validation_type)
+        yield
     except pydantic.PydanticSchemaGenerationError as exc:
-        culprit = _find_unsupported_field(schema_fields)
+        culprit = _find_unsupported_field(_schema_fields(fields))
         raise ToolDefinitionError(
             f"{where}: parameter {culprit!r} has a type pydantic cannot describe "
             f"({exc.message.splitlines()[0]}); use a JSON-serialisable type such as str, int, "
@@ -640,13 +906,68 @@ def build_arguments_schema(
         ) from exc
     except pydantic.PydanticUserError as exc:
         raise ToolDefinitionError(f"{where}: {exc.message}") from exc
-    return ArgumentsSchema(
-        _with_defaults(clean_schema(raw), defaults),
-        adapter,
-        parameters=tuple(names),
-        context_parameter=context_parameter,
-        none_means_default=frozenset(none_means_default),
-    )
+
+
+# Types whose values validate to a JSON scalar: a keyword tool taking only these is "flat".
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+# Types pydantic always turns into a schema and a validator (checked by the tests), so their
+# tools can be built on first use without moving an error from definition time to call time.
+_KNOWN_TYPES = _SCALARS | {
+    Any,
+    bytes,
+    list,
+    dict,
+    tuple,
+    set,
+    frozenset,
+    decimal.Decimal,
+    uuid.UUID,
+    datetime.date,
+    datetime.datetime,
+    datetime.time,
+    datetime.timedelta,
+}
+_KNOWN_CONTAINERS = frozenset({list, set, frozenset, collections.abc.Sequence, collections.abc.Set})
+
+
+def _is_among(tp: Any, types_: frozenset[Any]) -> bool:
+    try:
+        return tp in types_
+    except TypeError:  # an unhashable annotation
+        return False
+
+
+def _literal_of_scalars(tp: Any) -> bool:
+    return all(type(v) in (str, int, float, bool) or v is None for v in get_args(tp))
+
+
+def _is_scalar(tp: Any) -> bool:
+    """Whether every value of ``tp`` validates to a str, number, bool or None."""
+    origin = get_origin(tp)
+    if origin is Literal:
+        return _literal_of_scalars(tp)
+    if origin in (Union, types.UnionType):
+        return all(_is_scalar(arg) for arg in get_args(tp))
+    return _is_among(tp, _SCALARS)
+
+
+def _known_to_pydantic(tp: Any) -> bool:
+    """Whether pydantic surely builds a schema and a validator for ``tp`` without an error."""
+    if _is_among(tp, _KNOWN_TYPES):
+        return True
+    origin = get_origin(tp)
+    args = get_args(tp)
+    if origin is Literal:
+        return _literal_of_scalars(tp)
+    if origin in (Union, types.UnionType):
+        return all(_known_to_pydantic(arg) for arg in args)
+    if origin in _KNOWN_CONTAINERS:
+        return len(args) == 1 and _known_to_pydantic(args[0])
+    if origin is tuple:
+        return all(arg is Ellipsis or _known_to_pydantic(arg) for arg in args)
+    if origin in (dict, collections.abc.Mapping):
+        return len(args) == 2 and args[0] is str and _known_to_pydantic(args[1])
+    return False
 
 
 def _origin(function: Any) -> str:
@@ -714,7 +1035,7 @@ def _has_own_config(tp: Any) -> bool:
 
 def unsupported_return(return_type: Any) -> str | None:
     """Return why a tool's return type is unsupported, or ``None``."""
-    if return_type is inspect.Signature.empty:
+    if return_type is inspect.Signature.empty or _is_among(return_type, _KNOWN_TYPES):
         return None
     return _unsupported(return_type)
 
