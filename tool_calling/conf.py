@@ -195,9 +195,10 @@ DEFAULTS: dict[str, Any] = {
         # Seconds a call may wait for a person's approval; then it is denied ("expired") and
         # the run goes on. None = pending approvals never expire.
         "EXPIRE_AFTER": 86400,
-        # Whether the user whose turn made a call may approve it (staff testing their own
-        # tools). False = four eyes: someone else must approve; anyone may still deny.
-        "ALLOW_SELF_APPROVAL": True,
+        # Whether the user whose turn made a call may approve it. False (four eyes, the
+        # production default) = someone else must approve; anyone who may decide may still
+        # deny. True suits a one-person development setup testing its own gated tools.
+        "ALLOW_SELF_APPROVAL": False,
     },
 }
 
