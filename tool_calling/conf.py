@@ -115,6 +115,13 @@ DEFAULTS: dict[str, Any] = {
         # again (a message lost with the broker); a call that never reached the broker is sent
         # again on the next sweep.
         "REDISPATCH_AFTER": 300,
+        # Seconds one socket operation with the broker may take when tool_calling publishes (a
+        # tool call, a run's step): a publish is tried twice, so a broker that is down or
+        # stalled costs about twice this, never a hang (the API then answers 503).
+        "BROKER_TIMEOUT": 2,
+        # Longest pause, in seconds, before a retry of a call that failed with a transient error
+        # (the backoff doubles from the tool's "retry backoff" up to this, with jitter).
+        "RETRY_BACKOFF_MAX": 60,
     },
     # --- Limits (Spring AI: spring.ai.tools.limits.*) ---------------------------------------
     # Counted per turn: the calls after the last user message. None = unlimited.

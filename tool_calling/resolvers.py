@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any
 
 from django.contrib.auth.models import Group
@@ -16,9 +17,11 @@ from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
 from tool_calling.registry import ToolRegistry, registry
 
 __all__ = [
+    "CallRules",
     "DatabaseToolCallbackResolver",
     "GovernedTools",
     "approval_required",
+    "call_rules",
     "effective_limits",
     "is_available_to",
 ]
@@ -45,8 +48,33 @@ def _usable(user: Any) -> Any:
     return ExpressionWrapper(~restricted | member, BooleanField())
 
 
-def approval_required(name: str, user: Any = None) -> bool | None:
-    """Whether calls of tool ``name`` need approval; ``None`` when ``user`` may not use it now.
+@dataclass(frozen=True)
+class CallRules:
+    """What an operator set on a tool that governs each call, as read when the call runs."""
+
+    requires_approval: bool = False
+    """A person must approve the call first."""
+    permission: str = ""
+    """A Django permission the user must hold (``app_label.codename``); blank: none."""
+    quota_per_user: int | None = None
+    """Calls one user may make per quota window; ``None``: no quota."""
+    quota_total: int | None = None
+    """Calls everyone may make per quota window; ``None``: no quota."""
+    quota_window: int = 60
+    """Seconds of a quota window."""
+    retries: int = 0
+    """Times a call failing with a transient error is run again."""
+    retry_backoff: float = 1.0
+    """Seconds before the first retry."""
+    idempotent: bool = False
+    """Whether running a call twice does no harm."""
+
+
+_RULE_FIELDS = tuple(f.name for f in fields(CallRules))
+
+
+def call_rules(name: str, user: Any = None) -> CallRules | None:
+    """The rules of tool ``name`` for a call now; ``None`` when ``user`` may not use it now.
 
     ``None`` unless the ``Tool`` row is enabled, present and allowed for ``user``.
 
@@ -54,8 +82,14 @@ def approval_required(name: str, user: Any = None) -> bool | None:
     the tool since the turn's snapshot).
     """
     tools = models.Tool.objects.filter(_usable(user), name=name, enabled=True, missing=False)
-    found = list(tools.values_list("requires_approval", flat=True)[:1])
-    return None if not found else bool(found[0])
+    found = list(tools.values_list(*_RULE_FIELDS)[:1])
+    return None if not found else CallRules(*found[0])
+
+
+def approval_required(name: str, user: Any = None) -> bool | None:
+    """Whether calls of tool ``name`` need approval; ``None`` when ``user`` may not use it now."""
+    rules = call_rules(name, user)
+    return None if rules is None else rules.requires_approval
 
 
 def is_available_to(name: str, user: Any = None) -> bool:

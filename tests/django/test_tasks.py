@@ -33,6 +33,7 @@ from tool_calling.calls.executors import (
     execution_mode,
     outcome_of,
 )
+from tool_calling.calls.failures import generic_text
 from tool_calling.calls.running import ToolNotAvailableError
 from tool_calling.core.chat.messages import ToolResponse, ToolResponseMessage
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
@@ -572,12 +573,21 @@ def test_failures_on_workers_reach_the_model_as_in_process_failures_do():
         "- key: Field required\n"
         "- nope: Unknown parameter; remove it"
     )
+    rows = {r.tool_name: r for r in models.ToolExecution.objects.all()}
+    # S13: the unexpected error becomes a generic text with its error id, on a worker too; the
+    # ToolFailure and the bad arguments go through as written.
     assert responses(model) == [
-        ToolResponse("call_1", "explode", "backend down", is_error=True),
+        ToolResponse(
+            "call_1", "explode", generic_text("explode", rows["explode"].error_id), is_error=True
+        ),
         ToolResponse("call_2", "refuse", "refused: no", is_error=True),
         ToolResponse("call_3", "counted", bad_arguments, is_error=True),
     ]
-    rows = {r.tool_name: r for r in models.ToolExecution.objects.all()}
+    assert (rows["explode"].result, rows["refuse"].error_id, rows["counted"].error_id) == (
+        "backend down",  # the detail stays in the audit
+        "",
+        "",
+    )
     assert (rows["explode"].status, rows["explode"].error_type) == ("failed", "builtins.ValueError")
     assert rows["explode"].error.startswith("Traceback (most recent call last):")
     assert rows["refuse"].error_type == "tool_calling.core.errors.ToolFailure"

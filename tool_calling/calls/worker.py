@@ -20,6 +20,9 @@ from tool_calling import _notify, models
 from tool_calling._lease import Heartbeat
 from tool_calling.calls import lifecycle
 from tool_calling.calls.approvals import approved_as_recorded
+from tool_calling.calls.dispatch import Dispatch, dispatch
+from tool_calling.calls.failures import is_unexpected, new_error_id
+from tool_calling.calls.retries import RetryPolicy, is_transient
 from tool_calling.calls.running import CallOutcome, run_governed_call
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
@@ -134,6 +137,11 @@ def _run(
         lambda: callback.call(arguments, context),
         # Bound to the exact arguments approved: changed since, the call is refused.
         approved=approved_as_recorded(row),
+        callback=callback,
+        arguments=arguments,
+        context=context,
+        # A retry, or a run again after a crash, is the same call: counted once.
+        count_quota=ref.attempt == 1,
     )
     cause = result.outcome.cause
     if is_soft_timeout is not None and isinstance(cause, is_soft_timeout):
@@ -173,11 +181,62 @@ def execute(
         result = _run(claimed, row, soft_timeout)
     finally:
         beat.stop()
-    lifecycle.finish(claimed, result.status, result.outcome, duration_ms=result.duration_ms)
+    if _retried(claimed, row, result):
+        return
+    error_id = _error_id(claimed, result)
+    lifecycle.finish(
+        claimed, result.status, result.outcome, duration_ms=result.duration_ms, error_id=error_id
+    )
     _notify.call_ended(execution_id)
     cause = result.outcome.cause
     if cause is not None and not isinstance(cause, Exception):
         raise cause
+
+
+def _retried(ref: lifecycle.CallRef, row: models.ToolExecution, result: CallOutcome) -> bool:
+    """Send a call that failed transiently again after its backoff, if its tool retries (R6)."""
+    if result.status != S.FAILED or result.rules is None:
+        return False
+    policy = RetryPolicy.of(result.rules)
+    if not policy.allows_retry(ref.attempt) or not is_transient(
+        result.outcome, idempotent=result.rules.idempotent
+    ):
+        return False
+    pause = policy.pause(ref.attempt)
+    if (
+        lifecycle.retry(
+            ref, result.outcome, earlier=row.attempts, duration_ms=result.duration_ms, pause=pause
+        )
+        is None
+    ):
+        return False
+    logger.warning(
+        "Tool call %s (%r): attempt %s failed (%s); retrying in %.2f s",
+        ref.execution_id,
+        ref.tool_name,
+        ref.attempt,
+        result.outcome.type_name,
+        pause,
+    )
+    # A publish that fails clears dispatched_at: the sweeper sends it (at once, R3).
+    dispatch(Dispatch.of(row, countdown=pause))
+    return True
+
+
+def _error_id(ref: lifecycle.CallRef, result: CallOutcome) -> str:
+    """The id an unexpected error is known by (S13), logged with its traceback; blank if none."""
+    if not is_unexpected(result.outcome):
+        return ""
+    error_id = new_error_id()
+    logger.error(
+        "Tool call %s (%r) failed with an unexpected error (error id %s): %s\n%s",
+        ref.execution_id,
+        ref.tool_name,
+        error_id,
+        result.outcome.error_type,
+        result.outcome.traceback,
+    )
+    return error_id
 
 
 def hard_time_limit_reached(execution_id: int, worker: str, timeout: float) -> None:
