@@ -143,13 +143,20 @@ def run_governed_call(
         logger.warning("Refused a call of tool %r for user %s: %s", name, _who(user), denied)
         return _refused(denied, authorization.ToolPermissionError, rules)
     if count_quota:
-        over = quotas.consume(
-            name,
-            user,
-            per_user=rules.quota_per_user,
-            total=rules.quota_total,
-            window=rules.quota_window,
-        )
+        try:
+            over = quotas.consume(
+                name,
+                user,
+                per_user=rules.quota_per_user,
+                total=rules.quota_total,
+                window=rules.quota_window,
+            )
+        except Exception:  # the database did not count it: fail closed, the call does not run
+            logger.exception("Could not count a call of tool %r toward its quotas", name)
+            over = (
+                f"Tool {name!r} could not check its quota just now; the call was not made. "
+                "Try again shortly."
+            )
         if over is not None:
             logger.warning("Refused a call of tool %r for user %s: %s", name, _who(user), over)
             return _refused(over, ToolQuotaExceededError, rules)
