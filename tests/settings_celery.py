@@ -73,6 +73,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_timeout": 5,
     "socket_connect_timeout": 5,
 }
+# A worker started with TC_CELERY_VISIBILITY_TIMEOUT (the R2 test) has Redis hand it back every
+# message left unacknowledged that long, checked every second: a forced redelivery.
+if os.environ.get("TC_CELERY_VISIBILITY_TIMEOUT"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        **CELERY_BROKER_TRANSPORT_OPTIONS,
+        "visibility_timeout": int(os.environ["TC_CELERY_VISIBILITY_TIMEOUT"]),
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
 
 TOOL_CALLING = {
     **TOOL_CALLING,

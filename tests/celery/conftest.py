@@ -129,12 +129,13 @@ def redis_server() -> Iterator[RedisServer]:
         server.stop()
 
 
-def start_worker(index: int) -> Worker:
+def start_worker(index: int, *, queues: str = QUEUES, env: dict[str, str] | None = None) -> Worker:
+    """Start worker ``index`` on ``queues``; ``env`` adds to its environment."""
     name = f"tc{index}-{uuid.uuid4().hex[:8]}@%h"
     log = settings.STATE_DIR / f"worker-{index}.log"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_celery"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_celery", **(env or {})}
     process = subprocess.Popen(
-        celery_worker_argv(name, QUEUES),
+        celery_worker_argv(name, queues),
         cwd=ROOT,
         env=env,
         stdout=log.open("ab"),
