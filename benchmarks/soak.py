@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# Run as a script, benchmarks/ comes first on sys.path, where a module may shadow a package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -224,6 +226,21 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _running_call_pids() -> list[int]:
+    """The pids of the pool children running a tool call now (from the audit's ``worker``)."""
+    from django.db import connections
+
+    from tool_calling import models
+
+    try:
+        workers = models.ToolExecution.objects.filter(status="running").values_list(
+            "worker", flat=True
+        )
+        return [int(w.rsplit("(pid ", 1)[1].rstrip(")")) for w in workers if "(pid " in w]
+    finally:
+        connections.close_all()
+
+
 def _faults(
     stop: threading.Event,
     workers: list[Any],
@@ -248,9 +265,14 @@ def _faults(
             next_child = now + rng.uniform(3, 6)
             live = [w for w in workers if w.process.poll() is None]
             children = [c for w in live for c in _children(w.process.pid)]
-            if children:
-                os.kill(rng.choice(children), signal.SIGKILL)
+            busy = [pid for pid in _running_call_pids() if pid in children]
+            # Mostly a child in the middle of a tool call; else any (it may be running a step).
+            targets = busy if busy and rng.random() < 0.75 else children
+            if targets:
+                os.kill(rng.choice(targets), signal.SIGKILL)
                 figures.faults["worker child SIGKILLed"] += 1
+                if targets is busy:
+                    figures.faults["... of them mid tool call"] += 1
         if now >= next_worker:
             next_worker = now + rng.uniform(15, 25)
             victim = rng.choice([w for w in workers if w.process.poll() is None])
@@ -419,7 +441,13 @@ def main(argv: list[str] | None = None) -> int:
     from tool_calling.testing import ReplayServer
     from tool_calling.testing.services import stop_worker as stop_process
 
-    logging.getLogger("tool_calling").setLevel(logging.ERROR)  # the workers' logs tell the story
+    # This process's own logs (the sweeper, the clients' Django calls) go to a file of the state
+    # directory, beside the workers' and the web server's.
+    to_file = logging.FileHandler(state / "soak.log")
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("", "tool_calling", "django"):
+        logger = logging.getLogger(name)
+        logger.handlers = [to_file]
     call_command("migrate", verbosity=0)
     models.Tool.objects.filter(name="charge_once").update(idempotent=True)
     models.Tool.objects.filter(name="count_side_effect").update(idempotent=False)

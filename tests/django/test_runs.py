@@ -239,6 +239,24 @@ def test_a_failing_tool_and_an_unknown_tool_reach_the_model_as_in_process(alice,
     ]
 
 
+def test_a_failed_run_retried_completes_its_recorded_calls_and_never_runs_them_again(alice, script):
+    """A run that failed after its calls ran is retried from the calls it recorded (soak)."""
+    script(*ONE_ROUND)
+    conversation = models.Conversation.objects.create(owner=alice)
+    manager = "tool_calling.governance.GovernedToolCallingManager.complete_tool_calls"
+    with mock.patch(manager, side_effect=RuntimeError("database went away")):
+        run = runs.start_turn(conversation, "Go", user=alice)
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error.startswith("Step 2 failed (RuntimeError)")
+    assert sorted(RAN) == [("counted", "a"), ("counted", "b")]
+    runs.retry_run(run)
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error
+    # Completed from the recorded calls, not planned and run again.
+    assert sorted(RAN) == [("counted", "a"), ("counted", "b")]
+    assert models.ToolExecution.objects.filter(run=run).count() == 2
+
+
 def test_cancel_stops_the_run_at_its_next_step(alice, script):
     script(*ONE_ROUND)
     conversation = models.Conversation.objects.create(owner=alice)

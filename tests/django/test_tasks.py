@@ -105,7 +105,14 @@ def secret() -> str:
     return f"token {SENTINEL}"
 
 
-TOOLS = (counted, local_only, explode, refuse, overrun, whoami, secret)
+@tool
+def stopped(key: str) -> str:
+    """What a tool sees when the pool terminates its process mid-call: SystemExit."""
+    RAN.append(("stopped", key))
+    raise SystemExit(-15)
+
+
+TOOLS = (counted, local_only, explode, refuse, overrun, whoami, secret, stopped)
 
 
 def mask(text, *, tool_name, field):
@@ -315,6 +322,34 @@ def test_r6_a_poison_call_ends_failed_after_max_attempts():
     assert (row.status, row.is_error, row.attempt, row.result) == ("failed", True, 3, text)
     tasks.execute_tool_call(call.pk)
     assert RAN == []
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_r1_a_call_whose_process_is_stopped_mid_call_is_settled_as_a_dead_workers(idempotent):
+    """SystemExit mid-call (the pool terminating the child): "outcome unknown", or run again.
+
+    Never "failed" with the exit code for a text: the soak found that, and the run then failed
+    on the re-raised SystemExit.
+    """
+    call = new_call("stopped", {"key": "k"}, idempotent=idempotent)
+    with pytest.raises(SystemExit):
+        worker.execute(call.pk, task_id="t", worker="w")
+    row = reload(call)
+    if idempotent:
+        # Left running with its lease ended: the redelivery (or the sweeper) takes it over.
+        assert (row.status, row.attempt) == ("running", 1)
+        assert row.lease_expires_at <= timezone.now()
+        assert worker.claim(call.pk, task_id="t2", worker="w2").attempt == 2
+    else:
+        assert (row.status, row.is_error, row.result) == (
+            "unknown",
+            True,
+            lifecycle.UNKNOWN_OUTCOME_TEXT,
+        )
+        assert outcome_of(models.ToolExecution.objects.values().get(pk=call.pk)).kind is (
+            ToolOutcomeKind.UNKNOWN
+        )
+    assert RAN == [("stopped", "k")]
 
 
 def test_s2_a_tool_disabled_after_the_call_was_made_is_refused_on_the_worker():

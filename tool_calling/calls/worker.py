@@ -163,7 +163,8 @@ def execute(
 
     Returns without running the tool when the call is finished or claimed by a live attempt.
     A ``SystemExit`` or ``KeyboardInterrupt`` of the tool (the pool terminating this process)
-    is recorded, then raised again, so the process still stops as it was told to.
+    settles the call as a dead worker's (run again if idempotent, else "outcome unknown"), then
+    is raised again, so the process still stops as it was told to.
 
     Args:
         execution_id: The ``ToolExecution`` row.
@@ -181,6 +182,14 @@ def execute(
         result = _run(claimed, row, soft_timeout)
     finally:
         beat.stop()
+    cause = result.outcome.cause
+    if cause is not None and not isinstance(cause, Exception):
+        # The pool stops this process mid-call (SystemExit, KeyboardInterrupt): the tool did not
+        # finish, and nobody knows what it did. Settled as a dead worker's call is: run again if
+        # idempotent (by the redelivery, or the sweeper), else "outcome unknown"; never "failed"
+        # with the exit code for a text.
+        _interrupted(claimed, worker, idempotent=row.idempotent)
+        raise cause
     if _retried(claimed, row, result):
         return
     error_id = _error_id(claimed, result)
@@ -188,9 +197,20 @@ def execute(
         claimed, result.status, result.outcome, duration_ms=result.duration_ms, error_id=error_id
     )
     _notify.call_ended(execution_id)
-    cause = result.outcome.cause
-    if cause is not None and not isinstance(cause, Exception):
-        raise cause
+
+
+def _interrupted(ref: lifecycle.CallRef, worker: str, *, idempotent: bool) -> None:
+    lifecycle.end_lease(ref.execution_id, worker)
+    settled = lifecycle.settle_lost(ref, idempotent=idempotent)
+    logger.warning(
+        "Tool call %s (%r): attempt %s was interrupted by its process stopping; %s",
+        ref.execution_id,
+        ref.tool_name,
+        ref.attempt,
+        "settled" if settled else "left for another attempt",
+    )
+    if settled:
+        _notify.call_ended(ref.execution_id)
 
 
 def _retried(ref: lifecycle.CallRef, row: models.ToolExecution, result: CallOutcome) -> bool:
