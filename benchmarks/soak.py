@@ -375,9 +375,11 @@ def _check(conversations: list[tuple[Any, str]], state: Path) -> tuple[dict[str,
         )
     )
     wrong = []
+    interrupted_calls = 0
     for call in calls:
         key = json.loads(call.arguments or "{}").get("key")
         interrupted = effects.get(key, 0) > 0 and call.status != models.ExecutionStatus.SUCCEEDED
+        interrupted_calls += interrupted
         if interrupted and call.status != models.ExecutionStatus.OUTCOME_UNKNOWN:
             wrong.append(f"{key}: {call.status}")
         if call.status == models.ExecutionStatus.OUTCOME_UNKNOWN:
@@ -394,7 +396,7 @@ def _check(conversations: list[tuple[Any, str]], state: Path) -> tuple[dict[str,
         (
             'every interrupted non-idempotent call reported "outcome unknown"',
             not wrong,
-            "; ".join(wrong[:5]) or "none",
+            f"{interrupted_calls} interrupted; " + ("; ".join(wrong[:5]) or "all reported"),
         )
     )
     by_status: dict[str, dict[str, int]] = {}

@@ -116,6 +116,7 @@ def test_s9_a_stalled_broker_answers_503_and_keeps_the_message_and_a_retryable_r
     path = f"/api/conversations/{conversation.pk}/messages/"
     with override_settings(REST_FRAMEWORK=NO_THROTTLE), stalled(redis_server):
         response = request("post", alice, path, {"text": "Hello"})
+        print(f"POST with Redis stalled: {response.status_code} after {response.seconds:.1f} s")
         assert response.status_code == 503, response.content
         run = models.Run.objects.get(conversation=conversation)
         assert response.json()["detail"] == (
