@@ -24,7 +24,8 @@ that was interrupted (it ran, but did not succeed) was reported "outcome unknown
 
     python benchmarks/soak.py [--conversations N] [--turns M] [--seed S] [--keep] [--json PATH]
 
-The default (6 conversations x 8 turns) takes about 3 minutes on 2 cores.
+The default (6 conversations x 8 turns) takes about 2 minutes on 2 cores (under 5 with the
+machine shared).
 """
 
 from __future__ import annotations

@@ -183,6 +183,13 @@ def workers(django_db_setup: None, redis_server: RedisServer) -> Iterator[list[W
             stop_worker(worker)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_tool_logs() -> None:
+    """Each test counts its own side effects: the tools' run logs start empty (any order)."""
+    for log in settings.STATE_DIR.glob("runs-*.log"):
+        log.unlink()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _remove_state_dir() -> Iterator[None]:
     """Remove the state directory at the end, unless TC_CELERY_KEEP_STATE=1 (for debugging)."""

@@ -194,12 +194,6 @@ def tool_runs(tool_name: str) -> list[str]:
     return [line.split(" ", 1)[1] for line in lines if line]
 
 
-@pytest.fixture(autouse=True)
-def fresh_tool_logs() -> None:
-    for log in settings.STATE_DIR.glob("runs-*.log"):
-        log.unlink()
-
-
 def pending_call(name: str, arguments: dict[str, Any], queue: str) -> models.ToolExecution:
     return models.ToolExecution.objects.create(
         tool=models.Tool.objects.get(name=name),
