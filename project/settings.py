@@ -245,8 +245,16 @@ CELERY_TASK_TIME_LIMIT = 60
 # Redis redelivers an unacknowledged task after this many seconds. Celery's Redis caveats ask
 # for the same value in all three places.
 _VISIBILITY_TIMEOUT = 1800
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIMEOUT}
+# The socket timeouts make a worker give up on a stalled Redis instead of hanging on it
+# (checked by tool_calling.W001; tool_calling's own publishes use EXECUTION["BROKER_TIMEOUT"]).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": _VISIBILITY_TIMEOUT,
+    "socket_timeout": 5,
+    "socket_connect_timeout": 5,
+}
 CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIMEOUT}
+CELERY_REDIS_SOCKET_TIMEOUT = 5
+CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 5
 CELERY_VISIBILITY_TIMEOUT = _VISIBILITY_TIMEOUT
 CELERY_TIMEZONE = TIME_ZONE
 

@@ -13,7 +13,12 @@ import tempfile
 from pathlib import Path
 
 from tests.settings import *  # noqa: F403
-from tests.settings import INSTALLED_APPS, LOGGING, TOOL_CALLING
+from tests.settings import (
+    CELERY_BROKER_TRANSPORT_OPTIONS,
+    INSTALLED_APPS,
+    LOGGING,
+    TOOL_CALLING,
+)
 
 
 def _free_port() -> int:
@@ -64,6 +69,22 @@ CELERY_RESULT_BACKEND = None
 # Quick reconnection after the R3 test stops and restarts Redis.
 CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# The workers' own connection gives up on a stalled Redis (tests/celery/test_broker_faults.py
+# SIGSTOPs it), as the check tool_calling.W001 asks.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    **CELERY_BROKER_TRANSPORT_OPTIONS,
+    "socket_timeout": 5,
+    "socket_connect_timeout": 5,
+}
+# A worker started with TC_CELERY_VISIBILITY_TIMEOUT (the R2 test) has Redis hand it back every
+# message left unacknowledged that long, checked every second: a forced redelivery.
+if os.environ.get("TC_CELERY_VISIBILITY_TIMEOUT"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        **CELERY_BROKER_TRANSPORT_OPTIONS,
+        "visibility_timeout": int(os.environ["TC_CELERY_VISIBILITY_TIMEOUT"]),
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
 
 TOOL_CALLING = {
     **TOOL_CALLING,

@@ -2,7 +2,9 @@
 
 The database stays the record; a notification only tells a waiting caller to read it now
 instead of at its next poll. Without a Redis broker (tests, other brokers) nothing is
-published and callers poll as before.
+published and callers poll as before. Every Redis operation here is bounded (S9): publishes and
+subscriptions time out after ``_SOCKET_TIMEOUT`` seconds, and listeners check their connection
+every ``_HEALTH_CHECK_INTERVAL`` seconds, so a stalled Redis costs a wake-up, never a hang.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ from typing import Any
 logger = logging.getLogger("tool_calling.execution")
 
 CHANNEL = "tool_calling:calls_ended"
+
+_SOCKET_TIMEOUT = 2.0
+"""Seconds one Redis operation of a publish or a subscription may take."""
+_HEALTH_CHECK_INTERVAL = 10
+"""Seconds after which an idle subscription pings Redis (a dead connection is replaced)."""
 
 _clients: dict[str, Any] = {}
 _clients_lock = threading.Lock()
@@ -35,7 +42,9 @@ def _client(url: str) -> Any:
         with _clients_lock:
             client = _clients.get(url)
             if client is None:
-                client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+                client = redis.Redis.from_url(
+                    url, socket_timeout=_SOCKET_TIMEOUT, socket_connect_timeout=_SOCKET_TIMEOUT
+                )
                 _clients[url] = client
     return client
 
@@ -91,7 +100,12 @@ class RunEventSubscription:
         if self._pubsub is None and self._url is not None:
             import redis.asyncio
 
-            client = redis.asyncio.Redis.from_url(self._url, socket_connect_timeout=2)
+            client = redis.asyncio.Redis.from_url(
+                self._url,
+                socket_timeout=_SOCKET_TIMEOUT,
+                socket_connect_timeout=_SOCKET_TIMEOUT,
+                health_check_interval=_HEALTH_CHECK_INTERVAL,
+            )
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self._channel)
@@ -172,9 +186,12 @@ class Listener:
         pause = 0.5
         while True:
             try:
-                pubsub = redis.Redis.from_url(self._url, socket_connect_timeout=2).pubsub(
-                    ignore_subscribe_messages=True
-                )
+                pubsub = redis.Redis.from_url(
+                    self._url,
+                    socket_timeout=_SOCKET_TIMEOUT,
+                    socket_connect_timeout=_SOCKET_TIMEOUT,
+                    health_check_interval=_HEALTH_CHECK_INTERVAL,
+                ).pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(CHANNEL)
                 pause = 0.5
                 while True:

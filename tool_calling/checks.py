@@ -17,9 +17,9 @@ tool_calling.E009   A dotted path (``AUDIT_REDACTOR``, ``CHAT_MODEL["CLASS"]``,
                     ``API["PERMISSION_CLASSES"]``) that does not import, or does not name a
                     callable; ``CHAT_MODEL["ARGUMENTS"]`` that is not a dict.
 tool_calling.E010   The broker's visibility timeout is not longer than the longest time a task
-                    may hold its message (the hard time limit of a tool call,
-                    ``CELERY_TASK_TIME_LIMIT``): the broker would deliver it again while it runs
-                    (R7).
+                    may hold its message (the hard time limit of a tool call, or
+                    ``CELERY_TASK_TIME_LIMIT``, plus ``EXECUTION["RETRY_BACKOFF_MAX"]``): the
+                    broker would deliver it again while it waits or runs (R7).
 tool_calling.E011   ``EXECUTION["QUEUE"]`` is not a non-empty string.
 tool_calling.E012   ``EXECUTION["MODE"]`` is ``"celery"`` and ``CELERY_ACCEPT_CONTENT`` lets workers
                     deserialize pickle or YAML: a message pushed into the queue could run code
@@ -33,6 +33,10 @@ tool_calling.E015   ``ARGUMENT_AUGMENTATION["TYPE"]`` is not an object type with
                     pydantic model, dataclass or TypedDict).
 tool_calling.E016   ``MCP["ALLOWED_HOSTS"]`` is not a list of host names, or
                     ``MCP["ALLOWED_ORIGINS"]`` is neither None nor a list of origins.
+tool_calling.W001   A Redis broker without ``socket_timeout`` in
+                    ``CELERY_BROKER_TRANSPORT_OPTIONS``: a worker's connection (and Celery's own
+                    publishes) would wait forever on a stalled Redis (S9). tool_calling's own
+                    publishes are bounded by ``EXECUTION["BROKER_TIMEOUT"]`` either way.
 =================== =======================================================================
 """
 
@@ -47,7 +51,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.checks import CheckMessage, Error
+from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils.module_loading import import_string
@@ -109,6 +113,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _check_tool_search(values["TOOL_SEARCH"])
     errors += _check_augmentation(values["ARGUMENT_AUGMENTATION"])
     errors += _check_mcp(values["MCP"])
+    errors += _check_broker_socket_timeout()
     return errors
 
 
@@ -220,6 +225,15 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
     for key in _EXECUTION_POSITIVE_INTS:
         if not _is_positive_int(values["EXECUTION"][key]):
             errors.append(_limit_error("EXECUTION", key, allow_none=False))
+    for key in ("BROKER_TIMEOUT", "RETRY_BACKOFF_MAX"):
+        if not _is_positive_number(values["EXECUTION"][key]):
+            errors.append(
+                Error(
+                    f"The value of '{_path('EXECUTION', key)}' must be a positive number of "
+                    "seconds.",
+                    id="tool_calling.E003",
+                )
+            )
     audit_max_chars = values["AUDIT_MAX_CHARS"]
     if audit_max_chars is not None and not _is_positive_int(audit_max_chars):
         errors.append(_limit_error("AUDIT_MAX_CHARS"))
@@ -390,7 +404,8 @@ def _check_visibility_timeout(execution: Mapping[str, Any]) -> list[CheckMessage
     if visibility is None:
         return []  # a broker without a visibility timeout, or no broker at all
     timeout, grace = execution["TIMEOUT"], execution["TIMEOUT_GRACE"]
-    if not (_is_positive_int(timeout) and _is_positive_int(grace)):
+    backoff = execution["RETRY_BACKOFF_MAX"]
+    if not (_is_positive_int(timeout) and _is_positive_int(grace) and _is_positive_number(backoff)):
         return []  # reported as E003
     holders = [
         (
@@ -401,20 +416,51 @@ def _check_visibility_timeout(execution: Mapping[str, Any]) -> list[CheckMessage
     task_limit = getattr(django_settings, "CELERY_TASK_TIME_LIMIT", None)
     if _is_positive_number(task_limit):
         holders.append((task_limit, "CELERY_TASK_TIME_LIMIT"))
-    longest, source = max(holders)
+    running, source = max(holders)
+    # A retry is published with a countdown: a worker holds it, unacknowledged, until it runs.
+    longest = running + backoff
+    source = f"{source} + {_path('EXECUTION', 'RETRY_BACKOFF_MAX')}"
     if visibility > longest:
         return []
     where = _VISIBILITY_OPTION if raw is not None else "the transport's default"
     return [
         Error(
             f"The broker's visibility timeout ({where} = {visibility:g} s) must be longer than "
-            f"the longest time a task may run ({source} = {longest:g} s): the broker would "
-            "deliver the task again while it still runs.",
+            f"the longest a task's message may wait unacknowledged: a retry's pause, then the "
+            f"time the task may run ({source} = {longest:g} s). Else the broker would "
+            "deliver the task again while it waits or runs.",
             hint="Set CELERY_BROKER_TRANSPORT_OPTIONS = {'visibility_timeout': "
             f"{max(1800, int(longest) * 2)}}} (and the same value in "
             "CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS and CELERY_VISIBILITY_TIMEOUT), or lower "
             "the time limit.",
             id="tool_calling.E010",
+        )
+    ]
+
+
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "sentinel", "redis+socket", "rediss+socket"})
+
+
+def _check_broker_socket_timeout() -> list[CheckMessage]:
+    """S9: a worker's Redis connection must give up on a broker that stopped answering."""
+    url = getattr(django_settings, "CELERY_BROKER_URL", None)
+    if not isinstance(url, str) or "://" not in url or not _celery_installed():
+        return []
+    if url.split("://", 1)[0].lower() not in _REDIS_SCHEMES:
+        return []
+    options = getattr(django_settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
+    if isinstance(options, Mapping) and _is_positive_number(options.get("socket_timeout")):
+        return []
+    return [
+        Warning(
+            "CELERY_BROKER_TRANSPORT_OPTIONS has no 'socket_timeout' for the Redis broker: a "
+            "worker's connection, and any publish not made by tool_calling, would wait forever "
+            "on a Redis that stopped answering.",
+            hint="Add 'socket_timeout': 5 and 'socket_connect_timeout': 5 (seconds, more than "
+            "kombu's 1 s BRPOP timeout) to CELERY_BROKER_TRANSPORT_OPTIONS, and set "
+            "CELERY_REDIS_SOCKET_TIMEOUT and CELERY_REDIS_SOCKET_CONNECT_TIMEOUT for a Redis "
+            "result backend.",
+            id="tool_calling.W001",
         )
     ]
 

@@ -116,6 +116,13 @@ DEFAULTS: dict[str, Any] = {
         # again (a message lost with the broker); a call that never reached the broker is sent
         # again on the next sweep.
         "REDISPATCH_AFTER": 300,
+        # Seconds one socket operation with the broker may take when tool_calling publishes (a
+        # tool call, a run's step): a publish is tried twice, so a broker that is down or
+        # stalled costs about twice this, never a hang (the API then answers 503).
+        "BROKER_TIMEOUT": 2,
+        # Longest pause, in seconds, before a retry of a call that failed with a transient error
+        # (the backoff doubles from the tool's "retry backoff" up to this, with jitter).
+        "RETRY_BACKOFF_MAX": 60,
     },
     # --- Limits (Spring AI: spring.ai.tools.limits.*) ---------------------------------------
     # Counted per turn: the calls after the last user message. None = unlimited.
@@ -221,9 +228,10 @@ DEFAULTS: dict[str, Any] = {
         # Seconds a call may wait for a person's approval; then it is denied ("expired") and
         # the run goes on. None = pending approvals never expire.
         "EXPIRE_AFTER": 86400,
-        # Whether the user whose turn made a call may approve it (staff testing their own
-        # tools). False = four eyes: someone else must approve; anyone may still deny.
-        "ALLOW_SELF_APPROVAL": True,
+        # Whether the user whose turn made a call may approve it. False (four eyes, the
+        # production default) = someone else must approve; anyone who may decide may still
+        # deny. True suits a one-person development setup testing its own gated tools.
+        "ALLOW_SELF_APPROVAL": False,
     },
     # --- MCP server (tool_calling.mcp.serving: /mcp/ of tool_calling.asgi.with_mcp) ---------
     "MCP": {

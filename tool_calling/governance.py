@@ -9,6 +9,7 @@ runs and audited (``calls``), and a stored conversation records every step as it
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 import uuid
@@ -25,7 +26,14 @@ from tool_calling import models
 from tool_calling.augmentation import augmented, split_call
 from tool_calling.calls import lifecycle
 from tool_calling.calls.executors import CeleryToolExecutor, RoutingToolCallExecutor, execution_mode
-from tool_calling.calls.running import run_governed_call
+from tool_calling.calls.failures import (
+    GovernedToolExecutionExceptionProcessor,
+    is_unexpected,
+    new_error_id,
+    with_error_id,
+)
+from tool_calling.calls.retries import RetryPolicy, is_transient
+from tool_calling.calls.running import CallOutcome, run_governed_call
 from tool_calling.conf import settings as app_settings
 from tool_calling.conversations import ConversationTurnAdvisor, TurnLog, memory_advisor
 from tool_calling.core._settings import core_settings
@@ -38,7 +46,7 @@ from tool_calling.core.errors import ToolArgumentsError
 from tool_calling.core.execution.exception_processor import ToolExecutionExceptionProcessor
 from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolCallExecutor
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
-from tool_calling.core.tools.callback import ToolCallback
+from tool_calling.core.tools.callback import ToolCallback, ToolExecutionException
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.registry import ToolRegistry
 from tool_calling.resolvers import DatabaseToolCallbackResolver, GovernedTools
@@ -46,6 +54,7 @@ from tool_calling.search import is_search_call, search_advisor
 
 __all__ = [
     "GovernedToolCallingManager",
+    "GovernedToolExecutionExceptionProcessor",
     "GovernedTurn",
     "chat_model",
     "exception_processor",
@@ -53,6 +62,15 @@ __all__ = [
     "governed_turn",
     "run_search_call",
 ]
+
+
+logger = logging.getLogger("tool_calling.calls")
+
+S = models.ExecutionStatus
+
+
+def _exc_info(cause: BaseException | None) -> Any:
+    return (type(cause), cause, cause.__traceback__) if cause is not None else None
 
 
 class GovernedToolCallingManager(DefaultToolCallingManager):
@@ -200,17 +218,91 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
                 raise rejected
             return base(runs, own_call, tool_context)
 
-        result = run_governed_call(name, self.user, run, on_start=start)
-        if refs:
-            lifecycle.finish(
-                refs[0], result.status, result.outcome, duration_ms=result.duration_ms, keep=False
+        def attempt(count_quota: bool, on_start: Any) -> CallOutcome:
+            return run_governed_call(
+                name,
+                self.user,
+                run,
+                on_start=on_start,
+                callback=runs,
+                arguments=own_call.arguments,
+                context=tool_context,
+                count_quota=count_quota,
             )
-        else:  # refused before it started
+
+        result = attempt(True, start)
+        if not refs:  # refused before it started
             lifecycle.record_refused(tool_call, result.text, tool=tool, **scope)
+            raise result.outcome.as_exception()  # a ToolFailure: the manager tells the model
+        result = self._retried(refs, result, attempt)
+        error_id = ""
+        if is_unexpected(result.outcome):
+            error_id = new_error_id()
+            logger.error(
+                "Tool call %s (%r) failed with an unexpected error (error id %s)",
+                refs[-1].execution_id,
+                name,
+                error_id,
+                exc_info=_exc_info(result.outcome.cause),
+            )
+        lifecycle.finish(
+            refs[-1],
+            result.status,
+            result.outcome,
+            duration_ms=result.duration_ms,
+            keep=False,
+            error_id=error_id,
+        )
         if result.outcome.kind is not ToolOutcomeKind.OK:
-            # What the tool raised, or (refused) a ToolNotAvailableError: the manager decides.
+            # What the tool raised, or (refused) a ToolFailure: the manager decides. The error
+            # id travels on the exception to the exception processor (S13).
+            with_error_id(result.outcome, error_id)
+            raised = result.outcome.exception
+            if error_id and isinstance(raised, ToolExecutionException):
+                raise raised
             raise result.outcome.as_exception()
         return result.text
+
+    def _retried(
+        self,
+        refs: list[lifecycle.CallRef],
+        result: CallOutcome,
+        attempt: Any,
+    ) -> CallOutcome:
+        """Run a call that failed transiently again, in this thread, as its tool says (R6).
+
+        Each retry is the ``retry`` transition (the failed attempt kept in the audit), a pause,
+        then ``claim`` as the next attempt; governance is checked again before each.
+        """
+        earlier: list[dict[str, Any]] = []
+        while result.status == S.FAILED and result.rules is not None:
+            policy = RetryPolicy.of(result.rules)
+            ref = refs[-1]
+            transient = is_transient(result.outcome, idempotent=result.rules.idempotent)
+            if not (transient and policy.allows_retry(ref.attempt)):
+                break
+            pause = policy.pause(ref.attempt)
+            recorded = lifecycle.retry(
+                ref, result.outcome, earlier=earlier, duration_ms=result.duration_ms, pause=pause
+            )
+            if recorded is None:
+                break
+            earlier = recorded
+            logger.warning(
+                "Tool call %s (%r): attempt %s failed (%s); retrying in %.2f s",
+                ref.execution_id,
+                ref.tool_name,
+                ref.attempt,
+                result.outcome.type_name,
+                pause,
+            )
+            time.sleep(pause)
+            claimed = lifecycle.claim(ref, S.PENDING, task_id="", worker="in-process")
+            if claimed is None:
+                break
+            refs.append(claimed)
+            result = attempt(False, None)
+        return result
 
 
 class _SearchInProcess:
@@ -288,14 +380,23 @@ def _chat_model_factory(path: str) -> Any:
         ) from exc
 
 
-def exception_processor() -> ToolExecutionExceptionProcessor | None:
-    """The exception processor of governed turns (``EXCEPTION_PROCESSOR``); ``None``: default.
+def exception_processor() -> ToolExecutionExceptionProcessor:
+    """The exception processor of governed turns (``EXCEPTION_PROCESSOR``).
+
+    ``None`` (the default) is a ``GovernedToolExecutionExceptionProcessor``: an unexpected error
+    reaches the model as a generic text with its error id (S13), ``THROW_EXCEPTION_ON_ERROR``
+    re-raises instead. Name ``tool_calling.DefaultToolExecutionExceptionProcessor`` for the
+    core's (Spring AI's) behaviour, the exception's message for the model.
 
     Raises:
         ImproperlyConfigured: the setting makes no ``ToolExecutionExceptionProcessor``.
     """
     configured = app_settings.EXCEPTION_PROCESSOR
-    if configured is None or isinstance(configured, ToolExecutionExceptionProcessor):
+    if configured is None:
+        return GovernedToolExecutionExceptionProcessor(
+            always_throw=bool(app_settings.THROW_EXCEPTION_ON_ERROR)
+        )
+    if isinstance(configured, ToolExecutionExceptionProcessor):
         return configured
     made = configured()
     if not isinstance(made, ToolExecutionExceptionProcessor):

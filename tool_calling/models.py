@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
@@ -139,6 +140,55 @@ class Tool(models.Model):
         related_name="+",
         help_text=_("Only members of these groups may use the tool; none selected = everyone."),
     )
+    permission = models.CharField(
+        _("required permission"),
+        max_length=255,
+        blank=True,
+        help_text=_(
+            "A Django permission (app_label.codename) the user of the turn must hold for each "
+            "call, on top of what the tool's code requires; checked when the call runs. Blank: "
+            "none beyond the code's."
+        ),
+    )
+    quota_per_user = models.PositiveIntegerField(
+        _("calls per user per window"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Calls one user may make in each quota window, counted atomically in the database "
+            "whatever the process; further calls are refused until the window ends. Blank: no "
+            "per-user quota."
+        ),
+    )
+    quota_total = models.PositiveIntegerField(
+        _("calls per window, all users"),
+        null=True,
+        blank=True,
+        help_text=_("Calls everyone together may make in each quota window. Blank: no quota."),
+    )
+    quota_window = models.PositiveIntegerField(
+        _("quota window (seconds)"),
+        default=60,
+        help_text=_("The length of a quota window; windows start at multiples of it (UTC)."),
+    )
+    retries = models.PositiveSmallIntegerField(
+        _("retries"),
+        default=0,
+        help_text=_(
+            "Times a call that failed with a transient error is run again, after an "
+            "exponential backoff with jitter (TransientToolError; for idempotent tools also "
+            "ConnectionError and TimeoutError). Other errors are never retried."
+        ),
+    )
+    retry_backoff = models.FloatField(
+        _("retry backoff (seconds)"),
+        default=1.0,
+        help_text=_(
+            "The pause before the first retry; it doubles for each further one, up to "
+            "TOOL_CALLING['EXECUTION']['RETRY_BACKOFF_MAX'], and a random half of it is "
+            "jitter."
+        ),
+    )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
     synced_at = models.DateTimeField(
@@ -153,11 +203,44 @@ class Tool(models.Model):
         verbose_name_plural = _("tools")
         ordering = ["name"]
         indexes = [models.Index(fields=["enabled", "missing"], name="tc_tool_enabled_missing")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(quota_window__gte=1), name="tc_tool_quota_window_positive"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(retry_backoff__gt=0), name="tc_tool_retry_backoff_positive"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
 
     def clean(self) -> None:
+        """Refuse a permission that does not exist, and a timeout the broker would not wait for."""
+        if self.permission:
+            self._clean_permission()
+        self._clean_timeout()
+
+    def _clean_permission(self) -> None:
+        app_label, dot, codename = self.permission.partition(".")
+        if (
+            not dot
+            or not Permission.objects.filter(
+                content_type__app_label=app_label, codename=codename
+            ).exists()
+        ):
+            raise ValidationError(
+                {
+                    "permission": _(
+                        "%(value)r is not a permission: give one as app_label.codename, e.g. "
+                        "'shop.view_order' (the permissions are listed under Authentication "
+                        "and Authorization > Groups)."
+                    )
+                    % {"value": self.permission}
+                }
+            )
+
+    def _clean_timeout(self) -> None:
         """Refuse a timeout whose hard limit the broker would not wait for (R7)."""
         visibility = broker_visibility_timeout()
         if self.timeout is not None and visibility is not None:
@@ -457,6 +540,26 @@ class ToolExecution(models.Model):
     error = models.TextField(
         _("error"), blank=True, help_text=_("The exception and traceback, for operators only.")
     )
+    error_id = models.CharField(
+        _("error id"),
+        max_length=32,
+        blank=True,
+        db_index=True,
+        help_text=_(
+            "The id the model (and whoever reads the conversation) was given for an unexpected "
+            "error instead of its detail; the server log names it too."
+        ),
+    )
+    attempts = models.JSONField(
+        _("earlier attempts"),
+        default=list,
+        blank=True,
+        help_text=_(
+            "The attempts before the last one of a call that was retried after transient "
+            "errors: when each started, how it failed and how long the pause before the next "
+            "was."
+        ),
+    )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.SET_NULL,
@@ -729,6 +832,37 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} #{self.sequence} {self.kind}"
+
+
+class QuotaCounter(models.Model):
+    """Calls of one tool counted in one quota window, for one user or for everyone (S8).
+
+    Written only by ``tool_calling.calls.quotas``: one conditional UPDATE per call, so
+    concurrent calls from any number of processes never exceed the quota.
+    """
+
+    tool_name = models.CharField(_("tool name"), max_length=200)
+    scope = models.CharField(
+        _("scope"),
+        max_length=64,
+        help_text=_("'user:<id>' for one user's calls, '*' for everyone's."),
+    )
+    window_start = models.DateTimeField(_("window start"))
+    window_end = models.DateTimeField(_("window end"))
+    count = models.PositiveIntegerField(_("calls"), default=0)
+
+    class Meta:
+        verbose_name = _("quota counter")
+        verbose_name_plural = _("quota counters")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tool_name", "scope", "window_start"], name="tc_quota_counter_window"
+            )
+        ]
+        indexes = [models.Index(fields=["window_end"], name="tc_quota_counter_end")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.scope} {self.window_start:%Y-%m-%d %H:%M:%S}: {self.count}"
 
 
 class PendingApproval(ToolExecution):

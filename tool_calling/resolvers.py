@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, fields
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -11,12 +12,15 @@ from django.db.models import (
     BooleanField,
     Exists,
     ExpressionWrapper,
+    F,
+    JSONField,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
     Value,
 )
+from django.db.models.functions import JSONObject
 
 from tool_calling import models
 from tool_calling.core.execution.limits import ToolCallLimits
@@ -28,10 +32,12 @@ from tool_calling.mcp import clients as mcp_clients
 from tool_calling.registry import ToolRegistry, registry
 
 __all__ = [
+    "CallRules",
     "DatabaseToolCallbackResolver",
     "GovernedTools",
     "approval_required",
-    "approval_required_of_call",
+    "call_rules",
+    "call_rules_of_call",
     "effective_limits",
     "installed_callback",
     "is_available_to",
@@ -90,8 +96,46 @@ def _mcp_ready(row: models.Tool) -> bool:
     return not link.changed and link.server.enabled
 
 
-def approval_required(name: str, user: Any = None) -> bool | None:
-    """Whether calls of tool ``name`` need approval; ``None`` when ``user`` may not use it now.
+@dataclass(frozen=True)
+class CallRules:
+    """What an operator set on a tool that governs each call, as read when the call runs."""
+
+    requires_approval: bool = False
+    """A person must approve the call first."""
+    permission: str = ""
+    """A Django permission the user must hold (``app_label.codename``); blank: none."""
+    quota_per_user: int | None = None
+    """Calls one user may make per quota window; ``None``: no quota."""
+    quota_total: int | None = None
+    """Calls everyone may make per quota window; ``None``: no quota."""
+    quota_window: int = 60
+    """Seconds of a quota window."""
+    retries: int = 0
+    """Times a call failing with a transient error is run again."""
+    retry_backoff: float = 1.0
+    """Seconds before the first retry."""
+    idempotent: bool = False
+    """Whether running a call twice does no harm."""
+
+    @classmethod
+    def of_column(cls, value: dict[str, Any] | None) -> CallRules | None:
+        """The rules read by :func:`call_rules_of_call` (``None``: the user may not use it)."""
+        if value is None:
+            return None
+        rules = cls(**value)
+        # Booleans come back from SQLite's JSON as 0 and 1.
+        return dataclasses.replace(
+            rules,
+            requires_approval=bool(rules.requires_approval),
+            idempotent=bool(rules.idempotent),
+        )
+
+
+_RULE_FIELDS = tuple(f.name for f in fields(CallRules))
+
+
+def call_rules(name: str, user: Any = None) -> CallRules | None:
+    """The rules of tool ``name`` for a call now; ``None`` when ``user`` may not use it now.
 
     ``None`` unless the ``Tool`` row is enabled, present and allowed for ``user`` (and, for a
     tool of an MCP server, its definition is approved as the server lists it and the server is
@@ -103,17 +147,23 @@ def approval_required(name: str, user: Any = None) -> bool | None:
     tools = models.Tool.objects.filter(
         _usable(user), _MCP_READY, name=name, enabled=True, missing=False
     )
-    found = list(tools.values_list("requires_approval", flat=True)[:1])
-    return None if not found else bool(found[0])
+    found = list(tools.values_list(*_RULE_FIELDS)[:1])
+    return None if not found else CallRules(*found[0])
 
 
-def approval_required_of_call() -> Subquery:
-    """:func:`approval_required` as a subquery of a ``ToolExecution`` query, for its own user.
+def approval_required(name: str, user: Any = None) -> bool | None:
+    """Whether calls of tool ``name`` need approval; ``None`` when ``user`` may not use it now."""
+    rules = call_rules(name, user)
+    return None if rules is None else rules.requires_approval
 
-    ``ToolExecution.objects.annotate(needs_approval=approval_required_of_call())`` reads the
-    re-check with the call itself (one query): ``None`` when the call's user may not use its
-    tool now, else whether the tool requires approval. The same rules as
-    :func:`approval_required`, in SQL (a deleted user counts as anonymous).
+
+def call_rules_of_call() -> Subquery:
+    """:func:`call_rules` as a subquery of a ``ToolExecution`` query, for the call's own user.
+
+    ``ToolExecution.objects.annotate(rules=call_rules_of_call())`` reads the re-check with the
+    call itself (one query); :meth:`CallRules.of_column` turns the column into the rules:
+    ``None`` when the call's user may not use its tool now. The same conditions as
+    :func:`call_rules`, in SQL (a deleted user counts as anonymous).
     """
     # The call's user, seen from the Tool subquery (two levels down) and from the group
     # subqueries inside its conditions (three levels down).
@@ -123,8 +173,8 @@ def approval_required_of_call() -> Subquery:
     usable = ExpressionWrapper(superuser | (by_tool & by_server), BooleanField())
     tools = models.Tool.objects.filter(
         usable, _MCP_READY, name=OuterRef("tool_name"), enabled=True, missing=False
-    ).values("requires_approval")[:1]
-    return Subquery(tools, output_field=BooleanField())
+    ).values(rules=JSONObject(**{field: F(field) for field in _RULE_FIELDS}))[:1]
+    return Subquery(tools, output_field=JSONField())
 
 
 def is_available_to(name: str, user: Any = None) -> bool:

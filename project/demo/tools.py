@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tool_calling import ToolParam, tool
+from tool_calling.exceptions import ToolFailure
 
 
 @tool
@@ -18,7 +19,9 @@ def get_current_time(
     try:
         zone = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(
+        # A ToolFailure's text is written for the model: it reaches it as is (other errors
+        # reach it as a generic text with an error id).
+        raise ToolFailure(
             f"Unknown time zone {timezone!r}; use an IANA name like 'Europe/Oslo'."
         ) from exc
     return datetime.datetime.now(zone).isoformat(timespec="seconds")

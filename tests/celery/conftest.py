@@ -129,12 +129,13 @@ def redis_server() -> Iterator[RedisServer]:
         server.stop()
 
 
-def start_worker(index: int) -> Worker:
+def start_worker(index: int, *, queues: str = QUEUES, env: dict[str, str] | None = None) -> Worker:
+    """Start worker ``index`` on ``queues``; ``env`` adds to its environment."""
     name = f"tc{index}-{uuid.uuid4().hex[:8]}@%h"
     log = settings.STATE_DIR / f"worker-{index}.log"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_celery"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_celery", **(env or {})}
     process = subprocess.Popen(
-        celery_worker_argv(name, QUEUES),
+        celery_worker_argv(name, queues),
         cwd=ROOT,
         env=env,
         stdout=log.open("ab"),
@@ -180,6 +181,13 @@ def workers(django_db_setup: None, redis_server: RedisServer) -> Iterator[list[W
     finally:
         for worker in started:
             stop_worker(worker)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tool_logs() -> None:
+    """Each test counts its own side effects: the tools' run logs start empty (any order)."""
+    for log in settings.STATE_DIR.glob("runs-*.log"):
+        log.unlink()
 
 
 @pytest.fixture(scope="session", autouse=True)

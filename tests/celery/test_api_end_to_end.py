@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from rest_framework.authtoken.models import Token
 
 from tool_calling import models
@@ -145,6 +145,7 @@ def test_gated_calls_wait_for_a_person_approved_once_and_denied_once(web):
     sync_tools()
     alice = User.objects.create_user("alice")
     reviewer = User.objects.create_user("rita", is_staff=True)
+    reviewer.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
     transfer = "guarded_transfer"
     steps = [
         {"tool_calls": [{"name": transfer, "arguments": {"account": "ACME", "amount": 10}}]},

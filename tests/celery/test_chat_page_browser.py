@@ -435,7 +435,12 @@ def test_the_page_works_by_keyboard_alone(web: WebServer, artifacts: Path) -> No
     ``scripts/screenshots.sh``).
     """
     sync_tools()
-    User.objects.create_user("ada", password=PASSWORD, is_staff=True)  # staff approve
+    ada = User.objects.create_user("ada", password=PASSWORD)
+    ada.user_permissions.add(  # an approver (self-approval is on in this tier's web settings)
+        Permission.objects.get(
+            content_type__app_label="tool_calling", codename="approve_toolexecution"
+        )
+    )
     with ReplayServer(KEYBOARD, port=settings.MODEL_PORT), chromium(artifacts) as browser:
         page = browser.new_page("ada")
         page.goto(f"{web.url}/")

@@ -249,6 +249,31 @@ def test_huge_invalid_input_is_not_echoed_back() -> None:
     assert len(bad.response_data) < MAX_ERROR_CHARS
 
 
+TEN_MB = 10 * 1024 * 1024
+
+
+@pytest.mark.parametrize("where", ["unknown key", "unterminated string", "wrong type", "nested"])
+def test_s3_a_10_mb_string_is_rejected_with_a_bounded_error_and_no_call(where: str) -> None:
+    """S3: 10 MB where the schema wants something else: a short error, no call, no crash.
+
+    How long the rejection takes is measured by ``benchmarks/bad_arguments.py``, not here.
+    """
+    spy = Spy()
+    huge = "x" * TEN_MB
+    arguments = {
+        "unknown key": '{"' + huge + '": 1, "name": "a", "qty": 1, "address": {"street": "s", '
+        '"zip": 1}}',
+        "unterminated string": '{"name": "' + huge,
+        "wrong type": '{"name": "a", "qty": "' + huge + '", "address": {"street": "s", "zip": 1}}',
+        "nested": '{"name": "a", "qty": 1, "address": {"street": "s", "zip": "' + huge + '"}}',
+    }[where]
+    bad, ping = spy.run(arguments)
+    assert bad.is_error is True
+    assert bad.response_data.startswith("Invalid arguments for tool 'ship':")
+    assert len(bad.response_data) < MAX_ERROR_CHARS
+    assert spy.calls == [] and ping == "pong"
+
+
 # -- unknown tools -----------------------------------------------------------------------------
 
 

@@ -472,6 +472,9 @@ def test_staff_with_change_tool_can_edit_governance_and_the_limit_inline(
         "execution_mode": "",
         "queue": "",
         "timeout": "",
+        "quota_window": "60",
+        "retries": "0",
+        "retry_backoff": "1.0",
         "name": "renamed",  # read-only: ignored
         "description": "new text",  # read-only: ignored
         "limit_override-TOTAL_FORMS": "1",
@@ -493,6 +496,53 @@ def test_staff_with_change_tool_can_edit_governance_and_the_limit_inline(
     [entry] = tool_log_entries(tool)
     assert "Enabled" in entry.get_change_message()
     assert "limit override" in entry.get_change_message()
+
+
+def test_s4_s8_r6_operators_set_a_permission_quotas_and_retries_in_the_tool_form(
+    client: Any, django_user_model: Any, tools: dict[str, models.Tool]
+) -> None:
+    """The permission, the quotas and the retries are admin fields, checked and logged."""
+    operator = make_staff(django_user_model, "operator", "tool_calling.change_tool")
+    client.force_login(operator)
+    tool = tools["t_alpha"]
+    url = reverse("admin:tool_calling_tool_change", args=[tool.pk])
+    data = {
+        "enabled": "on",
+        "execution_mode": "",
+        "queue": "",
+        "timeout": "",
+        "permission": "auth.nonexistent_perm",
+        "quota_per_user": "10",
+        "quota_total": "100",
+        "quota_window": "60",
+        "retries": "3",
+        "retry_backoff": "0.5",
+        "limit_override-TOTAL_FORMS": "0",
+        "limit_override-INITIAL_FORMS": "0",
+        "limit_override-MIN_NUM_FORMS": "0",
+        "limit_override-MAX_NUM_FORMS": "1",
+    }
+
+    refused = client.post(url, data)
+    assert refused.status_code == 200
+    assert refused.context["adminform"].form.errors["permission"] == [
+        "'auth.nonexistent_perm' is not a permission: give one as app_label.codename, e.g. "
+        "'shop.view_order' (the permissions are listed under Authentication and "
+        "Authorization > Groups)."
+    ]
+    response = client.post(url, {**data, "permission": "auth.view_user"})
+
+    assert response.status_code == 302, response.context and response.context["errors"]
+    tool.refresh_from_db()
+    assert (tool.permission, tool.quota_per_user, tool.quota_total, tool.quota_window) == (
+        "auth.view_user",
+        10,
+        100,
+        60,
+    )
+    assert (tool.retries, tool.retry_backoff) == (3, 0.5)
+    [entry] = tool_log_entries(tool)
+    assert "Required permission" in entry.get_change_message()
 
 
 def test_change_page_shows_the_definition_read_only_and_escaped(admin_client: Any) -> None:

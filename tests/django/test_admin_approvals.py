@@ -1,9 +1,9 @@
 """The admin's approval queue: list, approve and deny actions, the decision page, the floor.
 
-Who may decide is ``approvals.can_decide`` (staff, or the ``approve_toolexecution``
-permission), the same rule as the API's; the admin site admits staff only, so a non-staff
-holder of the permission decides through the API, not here. The tests that resume runs use a
-transactional database: an approved call is dispatched on commit, and Celery runs eagerly.
+Who may decide is ``approvals.can_decide`` (the ``approve_toolexecution`` permission; superusers
+hold it, staff alone do not), the same rule as the API's; the admin site admits staff only, so a
+non-staff holder of the permission decides through the API, not here. The tests that resume runs use
+a transactional database: an approved call is dispatched on commit, and Celery runs eagerly.
 """
 
 from __future__ import annotations
@@ -186,8 +186,8 @@ def test_queue_columns_link_the_conversation_and_run_and_escape_the_arguments(
     assert ">alice<" in html
 
 
-def test_admin_index_lists_the_queue_for_staff(client: Any, django_user_model: Any) -> None:
-    client.force_login(make_staff(django_user_model, "rita"))
+def test_admin_index_lists_the_queue_for_approvers(client: Any, django_user_model: Any) -> None:
+    client.force_login(make_staff(django_user_model, "rita", "tool_calling.approve_toolexecution"))
     response = client.get(reverse("admin:index"))
     assert QUEUE_URL in response.content.decode()
 
@@ -195,12 +195,29 @@ def test_admin_index_lists_the_queue_for_staff(client: Any, django_user_model: A
 # -- who may decide ------------------------------------------------------------------------------
 
 
-def test_staff_may_decide_without_model_permissions(client: Any, django_user_model: Any) -> None:
-    """The admin follows approvals.can_decide: any active staff user may decide."""
-    rita = make_staff(django_user_model, "rita")
-    call = make_call()
-    client.force_login(rita)
+def test_staff_need_the_approve_permission_to_decide(client: Any, django_user_model: Any) -> None:
+    """Being staff is not enough: without approve_toolexecution the queue refuses; with it, fine.
 
+    The admin follows approvals.can_decide (the explicit permission; superusers hold it).
+    """
+    otto = make_staff(django_user_model, "otto")
+    call = make_call()
+    client.force_login(otto)
+
+    assert approvals.can_decide(otto) is False
+    assert client.get(QUEUE_URL).status_code == 403
+    assert client.get(decision_url(call)).status_code == 403
+    assert client.post(decision_url(call), {"_deny": "1", "reason": ""}).status_code == 403
+    response = client.post(
+        QUEUE_URL, {"action": "deny_selected", "_selected_action": [call.pk], "index": 0}
+    )
+    assert response.status_code == 403
+    assert QUEUE_URL not in client.get(reverse("admin:index")).content.decode()
+    call.refresh_from_db()
+    assert call.status == "awaiting_approval"
+
+    rita = make_staff(django_user_model, "rita", "tool_calling.approve_toolexecution")
+    client.force_login(rita)
     assert client.get(QUEUE_URL).status_code == 200
     assert client.get(decision_url(call)).status_code == 200
     response = confirm_denial(client, [call], "no")
@@ -255,10 +272,12 @@ def test_permission_holders_who_are_not_staff_never_reach_the_admin(
 @pytest.mark.parametrize(
     ("fields", "perms", "allowed"),
     [
-        ({"is_staff": True}, (), True),
+        ({"is_staff": True}, (), False),
+        ({"is_staff": True}, ("tool_calling.approve_toolexecution",), True),
+        ({"is_staff": True, "is_superuser": True}, (), True),
         ({"is_staff": False}, ("tool_calling.approve_toolexecution",), True),
         ({"is_staff": False}, ("tool_calling.view_toolexecution",), False),
-        ({"is_staff": True, "is_active": False}, (), False),
+        ({"is_staff": True, "is_active": False}, ("tool_calling.approve_toolexecution",), False),
     ],
 )
 def test_queue_permissions_are_can_decide(
@@ -650,6 +669,9 @@ def test_tool_form_keeps_the_code_floor_read_only(admin_client: Any, gated_tool:
             "execution_mode": "",
             "queue": "",
             "timeout": "",
+            "quota_window": "60",
+            "retries": "0",
+            "retry_backoff": "1.0",
             "limit_override-TOTAL_FORMS": "1",
             "limit_override-INITIAL_FORMS": "0",
             "limit_override-MIN_NUM_FORMS": "0",

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import AsyncClient, Client, override_settings
 from rest_framework.test import APIClient
 
@@ -44,8 +44,11 @@ def alice():
 
 
 @pytest.fixture
-def staff():
-    return User.objects.create_user("staff", password="pw", is_staff=True)
+def approver():
+    """Staff holding the permission approving takes (being staff is not enough)."""
+    user = User.objects.create_user("staff", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
+    return user
 
 
 def conversation_of(user):
@@ -102,12 +105,12 @@ def test_a_bare_json_value_as_a_message_is_a_400_not_a_500(alice, body):
 
 
 @pytest.mark.parametrize("body", BARE_VALUES)
-def test_every_post_endpoint_refuses_a_bare_json_value(alice, staff, script, body):
+def test_every_post_endpoint_refuses_a_bare_json_value(alice, approver, script, body):
     call = waiting_call(alice, script)
     for client, path in (
         (client_for(alice), url("conversation-list")),
-        (client_for(staff), url("tool-execution-approve", call.pk)),
-        (client_for(staff), url("tool-execution-deny", call.pk)),
+        (client_for(approver), url("tool-execution-approve", call.pk)),
+        (client_for(approver), url("tool-execution-deny", call.pk)),
     ):
         response = client.post(path, body, content_type="application/json")
         assert_json_detail(response, 400)
@@ -135,7 +138,7 @@ def test_a_message_text_that_is_not_a_string_is_refused(alice, value, kind):
     assert not conversation.messages.exists() and not models.Run.objects.exists()
 
 
-def test_titles_tool_names_notes_and_reasons_take_strings_only(alice, staff, script):
+def test_titles_tool_names_notes_and_reasons_take_strings_only(alice, approver, script):
     client = client_for(alice)
     created = client.post(url("conversation-list"), {"title": 7}, format="json")
     assert assert_json_detail(created, 400)["errors"] == {
@@ -150,7 +153,7 @@ def test_titles_tool_names_notes_and_reasons_take_strings_only(alice, staff, scr
         "errors": {"tools": {"0": ["Expected a string, got a number."]}},
     }
     call = waiting_call(alice, script)
-    approver = client_for(staff)
+    approver = client_for(approver)
     for action, field in (("approve", "note"), ("deny", "reason")):
         response = approver.post(
             url(f"tool-execution-{action}", call.pk), {field: 1}, format="json"

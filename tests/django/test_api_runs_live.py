@@ -68,8 +68,11 @@ def bob():
 
 
 @pytest.fixture
-def staff():
-    return User.objects.create_user("staff", password="pw", is_staff=True)
+def approver():
+    """Staff holding the permission approving takes (being staff is not enough)."""
+    user = User.objects.create_user("staff", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
+    return user
 
 
 def start(user, steps=GATED, script=None, text_="Refund A1"):
@@ -94,14 +97,14 @@ def kinds(run):
 
 
 def test_the_approval_queue_shows_approvers_the_arguments_and_owners_only_the_state(
-    alice, bob, staff, script
+    alice, bob, approver, script
 ):
     _, run = start(alice, script=script)
     run.refresh_from_db()
     assert run.status == "awaiting_approval"
     assert client_for(alice).get(url("run-detail", run.pk)).data["status"] == "awaiting_approval"
 
-    queue = client_for(staff).get(url("tool-execution-list") + "?status=awaiting_approval")
+    queue = client_for(approver).get(url("tool-execution-list") + "?status=awaiting_approval")
     assert queue.status_code == 200
     (entry,) = queue.data["results"]
     assert (entry["tool_name"], entry["approval"], entry["run"]) == (
@@ -121,10 +124,40 @@ def test_the_approval_queue_shows_approvers_the_arguments_and_owners_only_the_st
     assert client_for(bob).get(url("tool-execution-list")).data["results"] == []
 
 
-def test_an_approver_approves_through_the_api_and_the_run_finishes(alice, staff, script):
+def test_an_approver_sees_every_gated_call_and_no_other_users_ungated_call(alice, bob, approver):
+    """What an approver may see is scoped: calls that needed a decision, and their own."""
+    bobs = models.Conversation.objects.create(owner=bob)
+    mine = models.Conversation.objects.create(owner=approver)
+    plain = models.ToolExecution.objects.create(
+        conversation=bobs, user=bob, tool_name="lookup", arguments='{"q": "private"}'
+    )
+    gated_call = models.ToolExecution.objects.create(
+        conversation=bobs,
+        user=bob,
+        tool_name="live_refund",
+        arguments='{"order": "B7"}',
+        status="awaiting_approval",
+        approval="pending",
+    )
+    decided = models.ToolExecution.objects.create(
+        conversation=bobs, user=bob, tool_name="live_refund", status="denied", approval="denied"
+    )
+    own = models.ToolExecution.objects.create(conversation=mine, user=approver, tool_name="lookup")
+
+    listed = client_for(approver).get(url("tool-execution-list")).data["results"]
+    assert {entry["id"] for entry in listed} == {gated_call.pk, decided.pk, own.pk}
+    assert client_for(approver).get(url("tool-execution-detail", plain.pk)).status_code == 404
+    detail = client_for(approver).get(url("tool-execution-detail", gated_call.pk)).data
+    assert detail["arguments"] == '{"order": "B7"}'  # what the decision needs
+    # Staff who may not decide see only their own calls here.
+    otto = User.objects.create_user("otto", is_staff=True)
+    assert client_for(otto).get(url("tool-execution-list")).data["results"] == []
+
+
+def test_an_approver_approves_through_the_api_and_the_run_finishes(alice, approver, script):
     conversation, run = start(alice, script=script)
     call = gated(run)
-    response = client_for(staff).post(
+    response = client_for(approver).post(
         url("tool-execution-approve", call.pk), {"note": "refund policy ok"}, format="json"
     )
     assert response.status_code == 200, response.data
@@ -133,15 +166,15 @@ def test_an_approver_approves_through_the_api_and_the_run_finishes(alice, staff,
     assert (run.status, run.answer) == ("succeeded", "Refund handled")
     assert ("live_refund", ("A1", 30)) in RAN
     assert "approval_decided" in kinds(run)
-    again = client_for(staff).post(url("tool-execution-approve", call.pk), {}, format="json")
+    again = client_for(approver).post(url("tool-execution-approve", call.pk), {}, format="json")
     assert again.status_code == 409
     assert again.data["detail"].code == "not_awaiting_approval"
 
 
-def test_edited_arguments_are_validated_against_the_schema(alice, staff, script):
+def test_edited_arguments_are_validated_against_the_schema(alice, approver, script):
     _, run = start(alice, script=script)
     call = gated(run)
-    client = client_for(staff)
+    client = client_for(approver)
     bad = client.post(
         url("tool-execution-approve", call.pk),
         {"arguments": {"order": "A1", "amount": "a lot"}},
@@ -164,9 +197,9 @@ def test_edited_arguments_are_validated_against_the_schema(alice, staff, script)
     assert RAN[-1] == ("live_refund", ("A1", 10))
 
 
-def test_a_denial_reason_reaches_the_model_and_the_run_goes_on(alice, staff, script):
+def test_a_denial_reason_reaches_the_model_and_the_run_goes_on(alice, approver, script):
     conversation, run = start(alice, script=script)
-    response = client_for(staff).post(
+    response = client_for(approver).post(
         url("tool-execution-deny", gated(run).pk),
         {"reason": "Refunds over 20 need a manager"},
         format="json",
@@ -190,6 +223,16 @@ def test_only_approvers_decide(alice, bob, script):
     assert owner.status_code == 403
     assert client_for(bob).post(url("tool-execution-deny", call.pk), {}).status_code == 404
     assert gated(run).status == "awaiting_approval"
+    assert str(owner.data["detail"]) == (
+        "Only users with the permission tool_calling.approve_toolexecution (superusers have it) "
+        "may approve or deny tool calls; being staff is not enough."
+    )
+    # Staff without the permission do not even see another user's call (being staff is not
+    # enough to approve): 404, nothing changes.
+    otto = User.objects.create_user("otto", is_staff=True)
+    refused = client_for(otto).post(url("tool-execution-deny", call.pk), {}, format="json")
+    assert refused.status_code == 404
+    assert gated(run).status == "awaiting_approval"
     # A user who is not staff but holds the permission may.
     bob.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
     bob = User.objects.get(pk=bob.pk)
@@ -198,7 +241,7 @@ def test_only_approvers_decide(alice, bob, script):
     assert gated(run).decided_by == bob
 
 
-def test_a_session_approval_needs_the_csrf_token(alice, staff, script):
+def test_a_session_approval_needs_the_csrf_token(alice, approver, script):
     _, run = start(alice, script=script)
     client = APIClient(enforce_csrf_checks=True)
     client.login(username="staff", password="pw")
@@ -208,8 +251,8 @@ def test_a_session_approval_needs_the_csrf_token(alice, staff, script):
     assert gated(run).status == "awaiting_approval"
 
 
-def test_unknown_filters_are_400(staff):
-    client = client_for(staff)
+def test_unknown_filters_are_400(approver):
+    client = client_for(approver)
     assert client.get(url("tool-execution-list") + "?status=nope").status_code == 400
     assert client.get(url("tool-execution-list") + "?approval=nope").status_code == 400
     assert client.get(url("tool-execution-list") + "?run=not-a-uuid").status_code == 400
@@ -340,7 +383,7 @@ def test_sse_resumes_after_last_event_id_without_repeating(alice, script):
     assert ids[0] == 4 and ids == list(range(4, run.events.count() + 1))
 
 
-def test_sse_follows_a_waiting_run_live_until_it_ends(alice, staff, script):
+def test_sse_follows_a_waiting_run_live_until_it_ends(alice, approver, script):
     """The stream is open while the run waits; an approval made meanwhile arrives on it."""
     _, run = start(alice, script=script)
     call = gated(run)
@@ -350,7 +393,7 @@ def test_sse_follows_a_waiting_run_live_until_it_ends(alice, staff, script):
         reader = asyncio.ensure_future(read_stream(client, url("run-events", run.pk)))
         await asyncio.sleep(0.5)
         assert not reader.done()  # waiting for the approval, stream open
-        await sync_to_async(approvals.approve, thread_sensitive=False)(call, user=staff)
+        await sync_to_async(approvals.approve, thread_sensitive=False)(call, user=approver)
         return await asyncio.wait_for(reader, timeout=20)
 
     response, raw = asyncio.run(scenario())
@@ -388,12 +431,12 @@ def test_sse_refuses_strangers_and_anonymous_users(alice, bob, script):
     assert response.status_code == 401
 
 
-def test_a_body_nested_too_deeply_is_a_400_not_a_500(alice, staff, script):
+def test_a_body_nested_too_deeply_is_a_400_not_a_500(alice, approver, script):
     _, run = start(alice, script=script)
     deep = "[" * 100_000 + "]" * 100_000
     for client, path in (
         (client_for(alice), url("conversation-list")),
-        (client_for(staff), url("tool-execution-approve", gated(run).pk)),
+        (client_for(approver), url("tool-execution-approve", gated(run).pk)),
     ):
         response = client.post(path, deep, content_type="application/json")
         assert response.status_code == 400, response.content[:200]
@@ -456,7 +499,7 @@ def test_a_tool_the_user_may_not_use_is_unknown_to_them(alice, script):
     assert "live_lookup" not in detail.split("Your tools:")[1]
 
 
-def test_under_wsgi_the_stream_is_served_by_the_requests_thread(alice, staff, script):
+def test_under_wsgi_the_stream_is_served_by_the_requests_thread(alice, approver, script):
     """A WSGI server cannot stream an async iterator: the view gives it a plain one, live."""
     import threading
 
@@ -473,7 +516,7 @@ def test_under_wsgi_the_stream_is_served_by_the_requests_thread(alice, staff, sc
     reader.start()
     reader.join(0.5)
     assert reader.is_alive()  # open while the run waits
-    approvals.approve(call, user=staff)
+    approvals.approve(call, user=approver)
     reader.join(20)
     assert not reader.is_alive()
     events = parse_sse(b"".join(received).decode())
@@ -482,7 +525,7 @@ def test_under_wsgi_the_stream_is_served_by_the_requests_thread(alice, staff, sc
 
 
 @override_settings(CELERY_BROKER_URL="redis://127.0.0.1:9/0")  # nothing listens there
-def test_with_redis_down_streams_fall_back_to_reading_the_database(alice, staff, script):
+def test_with_redis_down_streams_fall_back_to_reading_the_database(alice, approver, script):
     """Announcements cannot be published or heard: the stream still delivers every event."""
     _, run = start(alice, script=script)
     call = gated(run)
@@ -491,7 +534,7 @@ def test_with_redis_down_streams_fall_back_to_reading_the_database(alice, staff,
     async def scenario():
         reader = asyncio.ensure_future(read_stream(client, url("run-events", run.pk)))
         await asyncio.sleep(0.5)
-        await sync_to_async(approvals.approve, thread_sensitive=False)(call, user=staff)
+        await sync_to_async(approvals.approve, thread_sensitive=False)(call, user=approver)
         return await asyncio.wait_for(reader, timeout=20)
 
     _, raw = asyncio.run(scenario())
@@ -500,29 +543,30 @@ def test_with_redis_down_streams_fall_back_to_reading_the_database(alice, staff,
     assert events[-1]["event"] == "succeeded"
 
 
-def test_self_approval_can_be_turned_off(alice, script):
-    """Four eyes: with ALLOW_SELF_APPROVAL off, a call of your own turn is not yours to approve."""
-    alice.is_staff = True
-    alice.save()
+def test_self_approval_is_off_by_default(alice, script):
+    """Four eyes by default: a call of your own turn is not yours to approve, even as approver."""
+    alice.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
     _, run = start(alice, script=script)
     call = gated(run)
-    with override_settings(
-        TOOL_CALLING=tool_calling_settings(APPROVALS={"ALLOW_SELF_APPROVAL": False})
-    ):
-        refused = client_for(alice).post(url("tool-execution-approve", call.pk), {}, format="json")
-        assert refused.status_code == 403
-        assert "another person must approve it" in str(refused.data["detail"])
-        assert gated(run).status == "awaiting_approval"
-        # Denying one's own call stays allowed.
-        denied = client_for(alice).post(url("tool-execution-deny", call.pk), {}, format="json")
-        assert denied.status_code == 200
-
-
-def test_self_approval_is_allowed_by_default(alice, script):
-    alice.is_staff = True
-    alice.save()
-    _, run = start(alice, script=script)
-    response = client_for(alice).post(
-        url("tool-execution-approve", gated(run).pk), {}, format="json"
+    refused = client_for(alice).post(url("tool-execution-approve", call.pk), {}, format="json")
+    assert refused.status_code == 403
+    assert str(refused.data["detail"]) == (
+        f"Tool call {call.pk} ('live_refund') was made in your own turn, and "
+        "APPROVALS['ALLOW_SELF_APPROVAL'] is off: another person must approve it."
     )
+    assert gated(run).status == "awaiting_approval"
+    # Denying one's own call stays allowed.
+    denied = client_for(alice).post(url("tool-execution-deny", call.pk), {}, format="json")
+    assert denied.status_code == 200
+
+
+def test_self_approval_can_be_turned_on(alice, script):
+    alice.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
+    _, run = start(alice, script=script)
+    with override_settings(
+        TOOL_CALLING=tool_calling_settings(APPROVALS={"ALLOW_SELF_APPROVAL": True})
+    ):
+        response = client_for(alice).post(
+            url("tool-execution-approve", gated(run).pk), {}, format="json"
+        )
     assert response.status_code == 200

@@ -69,7 +69,10 @@ def alice():
 
 @pytest.fixture
 def reviewer():
-    return User.objects.create_user("rita", is_staff=True)
+    """Staff holding the permission approving takes."""
+    user = User.objects.create_user("rita", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
+    return user
 
 
 def start(user, script_steps=GATED_ROUND, script=None):
@@ -293,8 +296,11 @@ def test_the_code_flag_is_a_floor_sync_restores(reviewer):
 
 
 def test_who_may_decide(alice, reviewer):
+    """S6: the explicit permission (superusers hold it); staff without it may not decide."""
     assert approvals.can_decide(reviewer) is True
     assert approvals.can_decide(alice) is False
+    assert approvals.can_decide(User.objects.create_user("otto", is_staff=True)) is False
+    assert approvals.can_decide(User.objects.create_superuser("sam")) is True
     alice.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
     alice = User.objects.get(pk=alice.pk)  # permissions are cached per instance
     assert approvals.can_decide(alice) is True

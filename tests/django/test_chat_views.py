@@ -289,10 +289,14 @@ def test_only_approvers_get_the_approval_queue(client, alice):
             content_type__app_label="tool_calling", codename="approve_toolexecution"
         )
     )
-    staff = User.objects.create_user("carol", is_staff=True)
-    for approver in (holder, staff):
+    superuser = User.objects.create_superuser("sam")
+    for approver in (holder, superuser):
         html = page(logged_in(client, approver))
         assert 'id="approvals"' in html and config(html)["canApprove"] is True
+    # Staff without the permission do not decide (being staff is not enough).
+    staff = User.objects.create_user("carol", is_staff=True)
+    html = page(logged_in(client, staff))
+    assert 'id="approvals"' not in html and config(html)["canApprove"] is False
 
 
 def test_the_script_writes_model_and_tool_text_only_as_text():

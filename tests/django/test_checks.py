@@ -1,7 +1,7 @@
 """tool_calling.checks: each system check by id, with its exact message and hint."""
 
 import pytest
-from django.core.checks import Error, run_checks
+from django.core.checks import Error, Warning, run_checks
 from django.core.management import call_command
 from django.test import override_settings
 
@@ -98,8 +98,9 @@ def test_e002_unknown_nested_key_without_a_close_match_lists_the_accepted_keys()
     assert run({"EXECUTION": {"BACKEND": "x"}}) == [
         Error(
             """Unknown key 'BACKEND' in TOOL_CALLING["EXECUTION"].""",
-            hint="The accepted keys are: LEASE_SECONDS, MAX_ATTEMPTS, MAX_CONCURRENT_CALLS, MODE, "
-            "QUEUE, REDISPATCH_AFTER, TIMEOUT, TIMEOUT_GRACE, WAIT_MARGIN.",
+            hint="The accepted keys are: BROKER_TIMEOUT, LEASE_SECONDS, MAX_ATTEMPTS, "
+            "MAX_CONCURRENT_CALLS, MODE, QUEUE, REDISPATCH_AFTER, RETRY_BACKOFF_MAX, TIMEOUT, "
+            "TIMEOUT_GRACE, WAIT_MARGIN.",
             id="tool_calling.E002",
         )
     ]
@@ -259,38 +260,56 @@ def test_e003_execution_timings_must_be_positive_integers(key, value):
 # --- E010: the broker's visibility timeout (R7) ----------------------------------------------
 
 REDIS = "redis://127.0.0.1:6379/0"
+BOUNDED = {"socket_timeout": 5, "socket_connect_timeout": 5}
 
 
 def test_e010_a_visibility_timeout_shorter_than_a_tool_calls_hard_limit(settings):
     settings.CELERY_BROKER_URL = REDIS
-    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600}
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600, **BOUNDED}
     settings.CELERY_TASK_TIME_LIMIT = 60
-    assert run({"EXECUTION": {"TIMEOUT": 590, "TIMEOUT_GRACE": 10}}) == [
+    execution = {"TIMEOUT": 580, "TIMEOUT_GRACE": 10, "RETRY_BACKOFF_MAX": 10}
+    assert run({"EXECUTION": execution}) == [
         Error(
             "The broker's visibility timeout "
             """(CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = 600 s) must be longer """
-            """than the longest time a task may run (TOOL_CALLING["EXECUTION"]["TIMEOUT"] + """
-            """TOOL_CALLING["EXECUTION"]["TIMEOUT_GRACE"] = 600 s): the broker would deliver """
-            "the task again while it still runs.",
+            "than the longest a task's message may wait unacknowledged: a retry's pause, then "
+            """the time the task may run (TOOL_CALLING["EXECUTION"]["TIMEOUT"] + """
+            """TOOL_CALLING["EXECUTION"]["TIMEOUT_GRACE"] + """
+            """TOOL_CALLING["EXECUTION"]["RETRY_BACKOFF_MAX"] = 600 s). Else the broker would """
+            "deliver the task again while it waits or runs.",
             hint="Set CELERY_BROKER_TRANSPORT_OPTIONS = {'visibility_timeout': 1800} (and the "
             "same value in CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS and "
             "CELERY_VISIBILITY_TIMEOUT), or lower the time limit.",
             id="tool_calling.E010",
         )
     ]
-    assert run({"EXECUTION": {"TIMEOUT": 589, "TIMEOUT_GRACE": 10}}) == []
+    assert run({"EXECUTION": {**execution, "TIMEOUT": 579}}) == []
+
+
+def test_e010_r7_the_longest_retry_backoff_counts_too(settings):
+    """R7: visibility_timeout <= time limit + retry backoff max is an error."""
+    settings.CELERY_BROKER_URL = REDIS
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600, **BOUNDED}
+    settings.CELERY_TASK_TIME_LIMIT = 60
+    execution = {"TIMEOUT": 100, "TIMEOUT_GRACE": 5}
+    assert run({"EXECUTION": {**execution, "RETRY_BACKOFF_MAX": 494}}) == []
+    [error] = run({"EXECUTION": {**execution, "RETRY_BACKOFF_MAX": 495}})
+    assert error.id == "tool_calling.E010"
+    assert 'RETRY_BACKOFF_MAX"] = 600 s)' in error.msg
 
 
 def test_e010_the_celery_task_time_limit_counts_too_and_the_default_applies(settings):
     settings.CELERY_BROKER_URL = "rediss://cache.example:6380/1"
-    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {}
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = BOUNDED
     settings.CELERY_TASK_TIME_LIMIT = 4000
     assert run({}) == [
         Error(
             "The broker's visibility timeout (the transport's default = 3600 s) must be longer "
-            "than the longest time a task may run (CELERY_TASK_TIME_LIMIT = 4000 s): the broker "
-            "would deliver the task again while it still runs.",
-            hint="Set CELERY_BROKER_TRANSPORT_OPTIONS = {'visibility_timeout': 8000} (and the "
+            "than the longest a task's message may wait unacknowledged: a retry's pause, then "
+            "the time the task may run (CELERY_TASK_TIME_LIMIT + "
+            """TOOL_CALLING["EXECUTION"]["RETRY_BACKOFF_MAX"] = 4060 s). Else the broker would """
+            "deliver the task again while it waits or runs.",
+            hint="Set CELERY_BROKER_TRANSPORT_OPTIONS = {'visibility_timeout': 8120} (and the "
             "same value in CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS and "
             "CELERY_VISIBILITY_TIMEOUT), or lower the time limit.",
             id="tool_calling.E010",
@@ -301,7 +320,7 @@ def test_e010_the_celery_task_time_limit_counts_too_and_the_default_applies(sett
 @pytest.mark.parametrize("value", [0, -5, "1800", True])
 def test_e010_a_visibility_timeout_that_is_not_a_number(settings, value):
     settings.CELERY_BROKER_URL = REDIS
-    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": value}
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": value, **BOUNDED}
     assert run({}) == [
         Error(
             """The value of 'CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]' must be a """
@@ -324,7 +343,38 @@ def test_the_example_projects_celery_settings_pass_e010(settings):
 
     settings.CELERY_BROKER_URL = project_settings.CELERY_BROKER_URL
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = project_settings.CELERY_BROKER_TRANSPORT_OPTIONS
-    assert run({"EXECUTION": {"MODE": "celery"}}) == []
+    messages = run({"EXECUTION": {"MODE": "celery"}})
+    assert [m for m in messages if m.id != "tool_calling.W001"] == []
+
+
+# --- W001: a worker's connection to a stalled Redis (S9) ------------------------------------
+
+
+@pytest.mark.parametrize("options", [{}, {"visibility_timeout": 1800}, {"socket_timeout": None}])
+def test_w001_a_redis_broker_without_a_socket_timeout(settings, options):
+    settings.CELERY_BROKER_URL = REDIS
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = options
+    assert run({}) == [
+        Warning(
+            "CELERY_BROKER_TRANSPORT_OPTIONS has no 'socket_timeout' for the Redis broker: a "
+            "worker's connection, and any publish not made by tool_calling, would wait forever "
+            "on a Redis that stopped answering.",
+            hint="Add 'socket_timeout': 5 and 'socket_connect_timeout': 5 (seconds, more than "
+            "kombu's 1 s BRPOP timeout) to CELERY_BROKER_TRANSPORT_OPTIONS, and set "
+            "CELERY_REDIS_SOCKET_TIMEOUT and CELERY_REDIS_SOCKET_CONNECT_TIMEOUT for a Redis "
+            "result backend.",
+            id="tool_calling.W001",
+        )
+    ]
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {**options, "socket_timeout": 5}
+    assert run({}) == []
+
+
+@pytest.mark.parametrize("url", ["memory://", "amqp://guest@localhost//", None])
+def test_w001_other_brokers_are_not_checked(settings, url):
+    settings.CELERY_BROKER_URL = url
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {}
+    assert run({}) == []
 
 
 @pytest.mark.parametrize("value", ["", "  ", None, 3])

@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from tool_calling import ToolContext, models, tool
+from tool_calling.calls.failures import generic_text
 from tool_calling.core.chat.messages import ToolResponse, ToolResponseMessage, UserMessage
 from tool_calling.registry import registry
 from tool_calling.repositories import DjangoChatMemoryRepository
@@ -143,13 +144,41 @@ def test_tools_call_with_arguments_that_are_not_json():
         run("tools", "call", "add_numbers", "a=1")
 
 
-def test_tools_call_of_a_tool_that_raises():
+@tool
+def broken_lookup(key: str) -> str:
+    """Look a key up (its code has a bug)."""
+    return {"known": "value"}[key]
+
+
+@pytest.fixture
+def broken_tool():
+    """broken_lookup in the project registry and synced, for the length of a test."""
+    registry.register(broken_lookup, source="tests")
+    call_command("sync_tools", stdout=StringIO())
+    yield broken_lookup
+    registry.unregister("broken_lookup")
+
+
+def test_tools_call_of_a_tool_that_reports_a_failure():
+    """A ToolFailure's text is written for the model: the answer is that text, no error id."""
     message = "Unknown time zone 'Nowhere/Land'; use an IANA name like 'Europe/Oslo'."
-    with pytest.raises(CommandError, match=f"^{re.escape(message)}$"):
+    with pytest.raises(CommandError) as raised:
         run("tools", "call", "get_current_time", '{"timezone": "Nowhere/Land"}')
+    assert str(raised.value) == message
     execution = models.ToolExecution.objects.get()
-    assert (execution.status, execution.result) == ("failed", message)
-    assert "ZoneInfoNotFoundError" in execution.error
+    assert (execution.status, execution.result, execution.error_id) == ("failed", message, "")
+
+
+def test_tools_call_of_a_tool_that_raises(broken_tool):
+    """S13: a KeyError is unexpected: the answer names its error id, the audit the detail."""
+    with pytest.raises(CommandError) as raised:
+        run("tools", "call", "broken_lookup", '{"key": "secret-key-name"}')
+    execution = models.ToolExecution.objects.get()
+    assert len(execution.error_id) == 12
+    assert str(raised.value) == generic_text("broken_lookup", execution.error_id)
+    assert "secret-key-name" not in str(raised.value)
+    assert execution.status == "failed"
+    assert "KeyError" in execution.error
 
 
 def test_tools_call_runs_as_a_user_with_its_groups_and_context(extra_tool):

@@ -57,7 +57,10 @@ def test_documented_defaults():
         "MAX_ATTEMPTS": 3,
         "WAIT_MARGIN": 30,
         "REDISPATCH_AFTER": 300,
+        "BROKER_TIMEOUT": 2,
+        "RETRY_BACKOFF_MAX": 60,
     }
+    assert DEFAULTS["APPROVALS"] == {"EXPIRE_AFTER": 86400, "ALLOW_SELF_APPROVAL": False}
     assert DEFAULTS["LIMITS"] == {
         "MAX_CALLS_PER_TOOL_DEFAULT": 40,
         "MAX_CALLS_PER_TOOL": {},

@@ -14,14 +14,14 @@ import json
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from tests.django._api import url
-from tests.django._tools import chat_model, registered
+from tests.django._tools import chat_model, registered, tool_calling_settings
 from tool_calling import models, runs, tool
 from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
 
@@ -142,9 +142,14 @@ def world(script):
         rates = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"tool_calling_turns": None}}
         with (
             chat_model(model),
-            override_settings(REST_FRAMEWORK=rates),
+            override_settings(
+                REST_FRAMEWORK=rates,
+                TOOL_CALLING=tool_calling_settings(APPROVALS={"ALLOW_SELF_APPROVAL": True}),
+            ),
         ):
             user = User.objects.create_user("fuzzer", is_staff=True)
+            # An approver of the calls of their own turns: every decision path stays reachable.
+            user.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
             waiting = models.Conversation.objects.create(owner=user)
             paused = runs.start_turn(waiting, "Refund A1", user=user)
             paused.refresh_from_db()

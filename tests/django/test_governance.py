@@ -12,6 +12,7 @@ from django.test import override_settings
 
 from tool_calling import ToolContext, models, tool
 from tool_calling.audit import audit_text
+from tool_calling.calls.failures import generic_text
 from tool_calling.core.chat.messages import (
     AssistantMessage,
     ToolCall,
@@ -600,13 +601,16 @@ def test_audit_rows_are_redacted_then_truncated_and_never_hold_the_secret(alice,
     )
     assert turn(model, own, user=alice, conversation=conversation) == "Done"
 
-    # The model still gets the real result: the redactor is for the audit only.
+    # The model still gets the real result: the redactor is for the audit only. An unexpected
+    # error reaches it as a generic text with its error id (S13): the secret does not.
+    success, failure = models.ToolExecution.objects.order_by("pk")
     assert last_responses(model, 1) == [ToolResponse("call_1", "echo_secret", f"used {token}")]
     assert last_responses(model, 2) == [
-        ToolResponse("call_2", "fail_with_secret", f"backend rejected {SENTINEL}", True)
+        ToolResponse(
+            "call_2", "fail_with_secret", generic_text("fail_with_secret", failure.error_id), True
+        )
     ]
 
-    success, failure = models.ToolExecution.objects.order_by("pk")
     arguments = json.dumps({"token": "[REDACTED]" + "x" * 60}, separators=(",", ":"))
     assert success.arguments == (
         arguments[:40] + f"\n[Truncated: {len(arguments)} characters; first 40 kept.]"

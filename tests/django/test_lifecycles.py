@@ -44,6 +44,10 @@ CALL_TRANSITIONS = {
     "claim": lambda ref: calls.claim(ref, S.PENDING, task_id="t2", worker="w2") is not None,
     "take_over": lambda ref: calls.claim(ref, S.RUNNING, task_id="t2", worker="w2") is not None,
     "renew": lambda ref: calls.renew(ref),
+    "retry": lambda ref: (
+        calls.retry(ref, ToolOutcome.failure("busy"), earlier=[], duration_ms=1, pause=0.5)
+        is not None
+    ),
     "end_lease": lambda ref: calls.end_lease(ref.execution_id, "w1"),
     "finish": lambda ref: calls.finish(ref, S.SUCCEEDED, ToolOutcome.ok("x"), duration_ms=1),
     "settle_lost": lambda ref: bool(calls.settle_lost(ref, idempotent=False)),
@@ -77,7 +81,7 @@ def test_a_call_transition_succeeds_only_from_its_starts(name, status):
         assert after == before  # refused: nothing changed
 
 
-@pytest.mark.parametrize("name", ["take_over", "renew", "finish", "settle_lost"])
+@pytest.mark.parametrize("name", ["take_over", "renew", "retry", "finish", "settle_lost"])
 def test_a_call_transition_is_fenced_by_the_attempt_it_acts_for(name):
     """A writer acting for attempt 1 of a call now on attempt 2 changes nothing (R5)."""
     starts, _ = calls.TRANSITIONS[name]
@@ -86,6 +90,30 @@ def test_a_call_transition_is_fenced_by_the_attempt_it_acts_for(name):
     before = models.ToolExecution.objects.values().get(pk=row.pk)
     assert CALL_TRANSITIONS[name](calls.CallRef.of(row, attempt=1)) is False
     assert models.ToolExecution.objects.values().get(pk=row.pk) == before
+
+
+def test_r6_a_retry_keeps_the_failed_attempt_and_is_due_after_its_pause():
+    row = _call(S.RUNNING)
+    before = timezone.now()
+    earlier = [{"attempt": 0, "error": "older"}]
+    recorded = calls.retry(
+        calls.CallRef.of(row),
+        ToolOutcome.failure("busy, try later"),
+        earlier=earlier,
+        duration_ms=12,
+        pause=2.5,
+    )
+    row.refresh_from_db()
+    assert (row.status, row.attempt, row.lease_expires_at) == (S.PENDING, 1, None)
+    assert row.attempts == recorded
+    assert row.attempts[0] == earlier[0]
+    entry = row.attempts[1]
+    assert (entry["attempt"], entry["error"], entry["duration_ms"]) == (1, "busy, try later", 12)
+    assert entry["error_type"] == "tool_calling.core.errors.ToolFailure"
+    assert entry["retry_after_s"] == 2.5
+    assert row.dispatched_at >= before + datetime.timedelta(seconds=2.5)
+    # The next attempt claims it as any pending call.
+    assert calls.claim(calls.CallRef.of(row), S.PENDING, task_id="t", worker="w").attempt == 2
 
 
 def test_a_transition_cannot_end_in_a_status_its_table_does_not_list():

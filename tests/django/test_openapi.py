@@ -18,7 +18,7 @@ import pytest
 import schemathesis
 import yaml
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.core.cache import cache
 from django.core.management import call_command
 from django.core.wsgi import get_wsgi_application
@@ -33,7 +33,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from schemathesis.checks import not_a_server_error
 
-from tests.django._tools import chat_model
+from tests.django._tools import chat_model, tool_calling_settings
 from tool_calling import models, runs, tasks, tool
 from tool_calling.registry import registry
 from tool_calling.sync import sync_tools
@@ -158,9 +158,14 @@ def owned():
     rates = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"tool_calling_turns": None}}
     with (
         chat_model(model),
-        override_settings(REST_FRAMEWORK=rates),
+        override_settings(
+            REST_FRAMEWORK=rates,
+            TOOL_CALLING=tool_calling_settings(APPROVALS={"ALLOW_SELF_APPROVAL": True}),
+        ),
     ):
         user = User.objects.create_user("operator", is_staff=True)
+        # An approver of the calls of their own turns: every decision path stays reachable.
+        user.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
         waiting = models.Conversation.objects.create(owner=user, title="waiting")
         paused = runs.start_turn(waiting, "Refund A1", user=user)
         paused.refresh_from_db()

@@ -6,6 +6,8 @@ runs with the in-process loop (``governed_chat_client``) on the same script: sam
 same audit, same endings.
 """
 
+import json
+import re
 from unittest import mock
 
 import pytest
@@ -62,16 +64,24 @@ def alice():
     return User.objects.create_user("alice")
 
 
+ERROR_ID = re.compile(r"error id [0-9a-f]{12}")
+
+
+def _same_ids(value):
+    """``value`` (JSON) with every error id replaced: each call gets its own (S13)."""
+    return json.loads(ERROR_ID.sub("error id <id>", json.dumps(value)))
+
+
 def transcript(conversation):
     return [
-        (m.role, m.text, m.tool_calls, m.tool_responses)
+        (m.role, m.text, _same_ids(m.tool_calls), _same_ids(m.tool_responses))
         for m in conversation.messages.order_by("sequence")
     ]
 
 
 def audit(conversation):
     return [
-        (e.tool_call_id, e.tool_name, e.status, e.is_error)
+        (e.tool_call_id, e.tool_name, e.status, e.is_error, bool(e.error_id))
         for e in models.ToolExecution.objects.filter(conversation=conversation).order_by(
             "tool_call_id"
         )
@@ -223,8 +233,28 @@ def test_a_failing_tool_and_an_unknown_tool_reach_the_model_as_in_process(alice,
     ).call()
     assert transcript(conversation) == transcript(reference)
     assert audit(conversation) == audit(reference)
-    # The model saw the same requests (history, tools offered).
-    assert [r.messages for r in model.requests] == [r.messages for r in reference_model.requests]
+    # The model saw the same requests (history, tools offered), each with its own error id.
+    assert [_same_ids(repr(r.messages)) for r in model.requests] == [
+        _same_ids(repr(r.messages)) for r in reference_model.requests
+    ]
+
+
+def test_a_failed_run_retried_completes_its_recorded_calls_and_never_runs_them_again(alice, script):
+    """A run that failed after its calls ran is retried from the calls it recorded (soak)."""
+    script(*ONE_ROUND)
+    conversation = models.Conversation.objects.create(owner=alice)
+    manager = "tool_calling.governance.GovernedToolCallingManager.complete_tool_calls"
+    with mock.patch(manager, side_effect=RuntimeError("database went away")):
+        run = runs.start_turn(conversation, "Go", user=alice)
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error.startswith("Step 2 failed (RuntimeError)")
+    assert sorted(RAN) == [("counted", "a"), ("counted", "b")]
+    runs.retry_run(run)
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error
+    # Completed from the recorded calls, not planned and run again.
+    assert sorted(RAN) == [("counted", "a"), ("counted", "b")]
+    assert models.ToolExecution.objects.filter(run=run).count() == 2
 
 
 def test_cancel_stops_the_run_at_its_next_step(alice, script):

@@ -250,3 +250,39 @@ def test_the_exception_processor_setting_ends_a_durable_run_as_the_in_process_tu
     assert run.status == "failed"
     assert re.match(r"Step \d+ failed \(PaymentDeclined\); see the server log", run.error)
     assert RAN == ["charge 5"]
+
+
+# --- EXECUTION["BROKER_TIMEOUT"] ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seconds", [0.5, 3])
+def test_broker_timeout_bounds_the_socket_of_every_publish(seconds):
+    """S9: the connection a publish uses times its socket operations out after BROKER_TIMEOUT."""
+    from unittest import mock
+
+    from tool_calling.calls import dispatch
+
+    step = dispatch.task(dispatch.RUN_STEP)
+    seen = []
+
+    def apply_async(**options):
+        seen.append(options)
+
+    conf = step.app.conf
+    eager = conf.task_always_eager
+    conf.task_always_eager = False  # as on a real broker: the bounded path
+    try:
+        with (
+            override_settings(
+                TOOL_CALLING=tool_calling_settings(EXECUTION={"BROKER_TIMEOUT": seconds})
+            ),
+            mock.patch.object(step, "apply_async", side_effect=apply_async),
+        ):
+            dispatch.send_run_step("7b0b8b36-3b1e-4f36-9d89-2f6d6c1b9c41")
+    finally:
+        conf.task_always_eager = eager
+    [options] = seen
+    transport = options["connection"].transport_options
+    assert (transport["socket_timeout"], transport["socket_connect_timeout"]) == (seconds, seconds)
+    assert options["retry_policy"] == dispatch.PUBLISH_RETRY_POLICY
+    assert options["args"] == ["7b0b8b36-3b1e-4f36-9d89-2f6d6c1b9c41"]

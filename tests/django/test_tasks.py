@@ -33,6 +33,7 @@ from tool_calling.calls.executors import (
     execution_mode,
     outcome_of,
 )
+from tool_calling.calls.failures import generic_text
 from tool_calling.calls.running import ToolNotAvailableError
 from tool_calling.core.chat.messages import ToolResponse, ToolResponseMessage
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
@@ -104,7 +105,14 @@ def secret() -> str:
     return f"token {SENTINEL}"
 
 
-TOOLS = (counted, local_only, explode, refuse, overrun, whoami, secret)
+@tool
+def stopped(key: str) -> str:
+    """What a tool sees when the pool terminates its process mid-call: SystemExit."""
+    RAN.append(("stopped", key))
+    raise SystemExit(-15)
+
+
+TOOLS = (counted, local_only, explode, refuse, overrun, whoami, secret, stopped)
 
 
 def mask(text, *, tool_name, field):
@@ -314,6 +322,34 @@ def test_r6_a_poison_call_ends_failed_after_max_attempts():
     assert (row.status, row.is_error, row.attempt, row.result) == ("failed", True, 3, text)
     tasks.execute_tool_call(call.pk)
     assert RAN == []
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_r1_a_call_whose_process_is_stopped_mid_call_is_settled_as_a_dead_workers(idempotent):
+    """SystemExit mid-call (the pool terminating the child): "outcome unknown", or run again.
+
+    Never "failed" with the exit code for a text: the soak found that, and the run then failed
+    on the re-raised SystemExit.
+    """
+    call = new_call("stopped", {"key": "k"}, idempotent=idempotent)
+    with pytest.raises(SystemExit):
+        worker.execute(call.pk, task_id="t", worker="w")
+    row = reload(call)
+    if idempotent:
+        # Left running with its lease ended: the redelivery (or the sweeper) takes it over.
+        assert (row.status, row.attempt) == ("running", 1)
+        assert row.lease_expires_at <= timezone.now()
+        assert worker.claim(call.pk, task_id="t2", worker="w2").attempt == 2
+    else:
+        assert (row.status, row.is_error, row.result) == (
+            "unknown",
+            True,
+            lifecycle.UNKNOWN_OUTCOME_TEXT,
+        )
+        assert outcome_of(models.ToolExecution.objects.values().get(pk=call.pk)).kind is (
+            ToolOutcomeKind.UNKNOWN
+        )
+    assert RAN == [("stopped", "k")]
 
 
 def test_s2_a_tool_disabled_after_the_call_was_made_is_refused_on_the_worker():
@@ -572,12 +608,21 @@ def test_failures_on_workers_reach_the_model_as_in_process_failures_do():
         "- key: Field required\n"
         "- nope: Unknown parameter; remove it"
     )
+    rows = {r.tool_name: r for r in models.ToolExecution.objects.all()}
+    # S13: the unexpected error becomes a generic text with its error id, on a worker too; the
+    # ToolFailure and the bad arguments go through as written.
     assert responses(model) == [
-        ToolResponse("call_1", "explode", "backend down", is_error=True),
+        ToolResponse(
+            "call_1", "explode", generic_text("explode", rows["explode"].error_id), is_error=True
+        ),
         ToolResponse("call_2", "refuse", "refused: no", is_error=True),
         ToolResponse("call_3", "counted", bad_arguments, is_error=True),
     ]
-    rows = {r.tool_name: r for r in models.ToolExecution.objects.all()}
+    assert (rows["explode"].result, rows["refuse"].error_id, rows["counted"].error_id) == (
+        "backend down",  # the detail stays in the audit
+        "",
+        "",
+    )
     assert (rows["explode"].status, rows["explode"].error_type) == ("failed", "builtins.ValueError")
     assert rows["explode"].error.startswith("Traceback (most recent call last):")
     assert rows["refuse"].error_type == "tool_calling.core.errors.ToolFailure"

@@ -41,11 +41,12 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
     A call is approved with the model's arguments or with arguments the approver edited
     (checked against the tool's schema), or denied with a reason the model reads.
 
-    Who may decide is :func:`tool_calling.calls.approvals.can_decide` (staff, or the
-    ``approve_toolexecution`` permission), the rule the API applies too; the admin site itself
-    still admits staff only. Every decision goes through :mod:`tool_calling.calls.approvals`, so two
-    approvers deciding at once cannot both win (the second is told the call was skipped), and
-    is written to the admin log of the call's audit row. Everything shown is escaped.
+    Who may decide is :func:`tool_calling.calls.approvals.can_decide` (the ``approve_toolexecution``
+    permission; superusers have it), the rule the API applies too; the admin site itself still
+    admits staff only, so here an approver is staff holding it. Every decision goes through
+    :mod:`tool_calling.calls.approvals`, so two approvers deciding at once cannot both win (the
+    second is told the call was skipped), and is written to the admin log of the call's audit row.
+    Everything shown is escaped.
     """
 
     list_display = (

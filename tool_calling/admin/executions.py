@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin
@@ -38,7 +39,7 @@ class ToolExecutionAdmin(admin.ModelAdmin):
     )
     list_select_related = ("conversation", "user")
     date_hierarchy = "created_at"
-    search_fields = ("tool_name", "tool_call_id", "task_id", "worker", "error_type")
+    search_fields = ("tool_name", "tool_call_id", "task_id", "worker", "error_type", "error_id")
     # The audit grows without bound: skip the second COUNT(*) of the whole table per page.
     show_full_result_count = False
     # The working data (exact arguments, context and result, not redacted) is never shown.
@@ -62,7 +63,9 @@ class ToolExecutionAdmin(admin.ModelAdmin):
         "decision_reason",
         "original_arguments_display",
         "error_type",
+        "error_id",
         "error_display",
+        "attempts_display",
         "mode",
         "queue",
         "timeout",
@@ -116,7 +119,10 @@ class ToolExecutionAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        (_("Operator detail"), {"fields": ("error_type", "error_display")}),
+        (
+            _("Operator detail"),
+            {"fields": ("error_type", "error_id", "error_display", "attempts_display")},
+        ),
         (
             _("Where it ran"),
             {
@@ -160,6 +166,13 @@ class ToolExecutionAdmin(admin.ModelAdmin):
     def result_display(self, obj: models.ToolExecution) -> str:
         """What the model was told, escaped."""
         return self._block(obj.result)
+
+    @admin.display(description=_("earlier attempts"))
+    def attempts_display(self, obj: models.ToolExecution) -> str:
+        """The attempts before the last one (retries of transient failures), as JSON."""
+        if not obj.attempts:
+            return self.get_empty_value_display()
+        return self._block(json.dumps(obj.attempts, indent=2, ensure_ascii=False))
 
     @admin.display(description=_("error"))
     def error_display(self, obj: models.ToolExecution) -> str:

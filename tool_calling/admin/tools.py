@@ -154,6 +154,28 @@ class ToolAdmin(admin.ModelAdmin):
                 ),
             },
         ),
+        (
+            _("Who may call it, and how often"),
+            {
+                "fields": ("permission", "quota_per_user", "quota_total", "quota_window"),
+                "description": _(
+                    "Checked when each call runs, for the user of the turn: the permission on "
+                    "top of what the tool's code requires, then the quotas (counted atomically "
+                    "in the database). A refused call does not run; the model is told why."
+                ),
+            },
+        ),
+        (
+            _("Retries of transient failures"),
+            {
+                "fields": ("retries", "retry_backoff"),
+                "description": _(
+                    "Only for failures the tool reports as transient (TransientToolError; "
+                    "ConnectionError and TimeoutError too when it is idempotent). Each attempt "
+                    "is kept in the call's audit."
+                ),
+            },
+        ),
         (_("History"), {"fields": ("created_at", "updated_at", "synced_at")}),
     )
 

@@ -23,11 +23,13 @@ Endpoints (README.md, "HTTP API", walks through them with curl):
     POST   tool-executions/{id}/deny/      deny it with a "reason" the model reads
 
 Every view requires an authenticated user (whatever the project's DRF defaults) and scopes
-its queryset to the user's own objects, so another user's conversation or run answers 404;
-staff read everything. Approving and denying take staff or the permission
-``tool_calling.approve_toolexecution``. Authentication classes come from the project's
-``REST_FRAMEWORK`` settings; session-authenticated unsafe requests need the CSRF token. The
-event stream is an async view: serve the project with ASGI and
+its queryset to the user's own objects, so another user's conversation or run answers 404; staff
+read every conversation and run. Approving and denying take the permission
+``tool_calling.approve_toolexecution`` (superusers have it; staff alone do not); approvers also read
+the calls that needed a decision, of every user, and nobody approves a call of their own turn unless
+``APPROVALS["ALLOW_SELF_APPROVAL"]`` is on. Authentication classes come from the project's
+``REST_FRAMEWORK`` settings; session-authenticated unsafe requests need the CSRF token. The event
+stream is an async view: serve the project with ASGI and
 ``tool_calling.asgi.get_asgi_application()`` so open streams hold no thread. Turn creation is
 throttled with the ``ScopedRateThrottle`` scope ``tool_calling_turns`` (its rate in
 ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``).

@@ -14,7 +14,7 @@ from django.utils.module_loading import import_string
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from tool_calling import models
-from tool_calling.calls.approvals import can_decide
+from tool_calling.calls.approvals import can_decide, reviewable
 from tool_calling.conf import settings as app_settings
 
 __all__ = [
@@ -56,10 +56,14 @@ def visible_runs(user: Any) -> QuerySet[models.Run]:
 
 
 def visible_executions(user: Any) -> QuerySet[models.ToolExecution]:
-    """The tool calls ``user`` may see: those of their conversations; all for approvers."""
+    """The tool calls ``user`` may see: those of their conversations; approvers also see gated ones.
+
+    Approvers (``approvals.can_decide``) see every call that needed a decision, of any user
+    (``approvals.reviewable``), not every call: staff alone see no other user's calls here.
+    """
     executions = models.ToolExecution.objects.all()
     if can_decide(user):
-        return executions
+        return reviewable(user)
     if not getattr(user, "is_authenticated", False):
         return executions.none()
     return executions.filter(conversation__owner=user)

@@ -565,8 +565,8 @@ class CanDecide(IsOwnerOrStaff):
     """Reads for whoever sees the call; approve and deny for approvers only (403 otherwise)."""
 
     message = (
-        "Only staff, or users with the permission tool_calling.approve_toolexecution, may "
-        "approve or deny tool calls."
+        "Only users with the permission tool_calling.approve_toolexecution (superusers have it) "
+        "may approve or deny tool calls; being staff is not enough."
     )
 
     def has_object_permission(self, request: Any, view: Any, obj: Any) -> bool:
@@ -577,21 +577,24 @@ class CanDecide(IsOwnerOrStaff):
 
 
 _EXECUTION_READ = (
-    "Approvers (staff, or holders of `tool_calling.approve_toolexecution`) also get "
-    "`arguments` and `original_arguments`, as in `ReviewedToolExecution`."
+    "Approvers (holders of the permission `tool_calling.approve_toolexecution`; superusers "
+    "have it) also see the gated calls of every user (those that needed a decision), with "
+    "`arguments` and `original_arguments`, as in `ReviewedToolExecution`; other users' ungated "
+    "calls stay out of their view."
 )
 _DECISION_REFUSED = (
     403,
-    "Only approvers may approve or deny (staff, or holders of "
-    "`tool_calling.approve_toolexecution`); or a session-authenticated request without its "
-    "CSRF token.",
+    "Only holders of the permission `tool_calling.approve_toolexecution` may approve or deny "
+    '(superusers have it; being staff is not enough); with `APPROVALS["ALLOW_SELF_APPROVAL"]` '
+    "off (the default), nobody approves a call of their own turn; or a session-authenticated "
+    "request without its CSRF token.",
 )
 
 
 @extend_schema_view(
     list=extend_schema(
-        description="The user's tool calls (every one for approvers), oldest first, in pages "
-        f"of 20. `?status=awaiting_approval` is the approval queue. {_EXECUTION_READ}",
+        description="The user's tool calls (and the gated ones for approvers), oldest first, "
+        f"in pages of 20. `?status=awaiting_approval` is the approval queue. {_EXECUTION_READ}",
         parameters=[
             OpenApiParameter(
                 "status",
@@ -629,7 +632,7 @@ _DECISION_REFUSED = (
     ),
 )
 class ToolExecutionViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet):
-    """Tool calls: the user's own (all of them for approvers); approve or deny gated ones.
+    """Tool calls: the user's own (and every gated one for approvers); approve or deny gated ones.
 
     ``?status=awaiting_approval`` is the approval queue; ``?run=<id>`` one run's calls.
     """

@@ -29,6 +29,7 @@ import logging
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from tool_calling import models, signals
@@ -51,12 +52,13 @@ __all__ = [
     "deny_pending_for_run",
     "expire_approvals",
     "pending_approvals",
+    "reviewable",
 ]
 
 logger = logging.getLogger("tool_calling.approvals")
 
 APPROVE_PERMISSION = "tool_calling.approve_toolexecution"
-"""The permission that lets a user who is not staff approve and deny calls."""
+"""The permission that lets a user approve and deny calls (superusers hold every permission)."""
 
 MAX_REASON_CHARS = 2000
 """Longest denial reason kept (the model reads it)."""
@@ -85,10 +87,26 @@ class ApprovalForbiddenError(ToolCallingError):
 
 
 def can_decide(user: Any) -> bool:
-    """Whether ``user`` may approve and deny calls: staff, or holders of the permission."""
+    """Whether ``user`` may approve and deny calls: an active holder of ``APPROVE_PERMISSION``.
+
+    Being staff is not enough: staff operate the admin, approving is a decision of its own
+    (superusers hold every permission, so they may). ``APPROVALS["ALLOW_SELF_APPROVAL"]``
+    decides separately whether a call of one's own turn may be approved.
+    """
     if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
         return False
-    return bool(getattr(user, "is_staff", False) or user.has_perm(APPROVE_PERMISSION))
+    return bool(user.has_perm(APPROVE_PERMISSION))
+
+
+def reviewable(user: Any) -> Any:
+    """The calls an approver may read, arguments included: every gated call, and their own.
+
+    A gated call is one that needed a person's decision (awaiting, approved, denied, expired);
+    their own are the calls of their conversations. Other users' ungated calls stay private:
+    deciding needs none of them.
+    """
+    gated = ~Q(approval=models.ApprovalDecision.NOT_REQUIRED)
+    return models.ToolExecution.objects.filter(gated | Q(conversation__owner=user.pk))
 
 
 def pending_approvals() -> Any:

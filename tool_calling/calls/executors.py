@@ -28,6 +28,8 @@ from tool_calling import _notify, models
 from tool_calling.augmentation import split_call
 from tool_calling.calls import lifecycle
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit, in_worker_task
+from tool_calling.calls.failures import with_error_id
+from tool_calling.calls.retries import RetryPolicy
 from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
@@ -53,7 +55,7 @@ _POLL_FIRST = 0.01
 _POLL_FACTOR = 1.5
 _POLL_MAX = 0.25
 
-_OUTCOME_FIELDS = ("id", "tool_name", "status", "result", "payload")
+_OUTCOME_FIELDS = ("id", "tool_name", "status", "result", "payload", "error_id")
 
 
 def execution_mode(tool: models.Tool | None) -> str:
@@ -67,8 +69,13 @@ def outcome_of(row: Mapping[str, Any]) -> ToolOutcome:
     """The outcome of a finished call, from its row (``id``, ``status``, ``result``, ``payload``).
 
     The worker wrote the exact outcome into the working data; once that was purged, the
-    audited ``result`` stands in for the text.
+    audited ``result`` stands in for the text. The row's ``error_id`` (an unexpected error,
+    S13) goes with it to the exception processor.
     """
+    return with_error_id(_outcome(row), str(row.get("error_id") or ""))
+
+
+def _outcome(row: Mapping[str, Any]) -> ToolOutcome:
     payload = row.get("payload") or {}
     stored = payload.get("outcome")
     if isinstance(stored, Mapping):
@@ -84,8 +91,10 @@ def outcome_of(row: Mapping[str, Any]) -> ToolOutcome:
     return ToolOutcome.failure(text)
 
 
-def _wait_seconds(timeout: int) -> int:
-    return hard_time_limit(timeout) + int(app_settings.EXECUTION["WAIT_MARGIN"])
+def _wait_seconds(timeout: int, retries: RetryPolicy) -> int:
+    """How long a caller waits for a call: every attempt to its hard limit, the pauses, a margin."""
+    running = hard_time_limit(timeout) * retries.attempts + retries.longest_wait()
+    return int(running + 0.999) + int(app_settings.EXECUTION["WAIT_MARGIN"])
 
 
 class _ExecutionFuture(Future[ToolOutcome]):
@@ -285,7 +294,8 @@ class CeleryToolExecutor:
         )
         dispatch_on_commit(Dispatch.of(row))
         timeout = row.timeout or int(app_settings.EXECUTION["TIMEOUT"])
-        future = _ExecutionFuture(self._waiter, lifecycle.CallRef.of(row), _wait_seconds(timeout))
+        wait = _wait_seconds(timeout, RetryPolicy.of(tool))
+        future = _ExecutionFuture(self._waiter, lifecycle.CallRef.of(row), wait)
         self._waiter.add(future)
         return future
 

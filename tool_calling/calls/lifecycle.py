@@ -12,6 +12,8 @@ test share::
     claim          pending                           running (attempt + 1, lease)
     take_over      running, lease expired            running (attempt + 1, lease)
     renew          running (same attempt)            running (lease extended)
+    retry          running (same attempt)            pending (again after a pause; the failed
+                                                     attempt kept in ``attempts``)
     end_lease      running (same worker)             running (lease ends now: worker died)
     finish         running (same attempt)            succeeded | failed | refused | timed_out
     settle_lost    running (attempt), lease expired  unknown | failed
@@ -63,6 +65,7 @@ __all__ = [
     "record_refused",
     "record_started",
     "renew",
+    "retry",
     "settle_lost",
     "withdraw",
 ]
@@ -75,6 +78,7 @@ TRANSITIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "claim": (frozenset({S.PENDING}), frozenset({S.RUNNING})),
     "take_over": (frozenset({S.RUNNING}), frozenset({S.RUNNING})),
     "renew": (frozenset({S.RUNNING}), frozenset({S.RUNNING})),
+    "retry": (frozenset({S.RUNNING}), frozenset({S.PENDING})),
     "end_lease": (frozenset({S.RUNNING}), frozenset({S.RUNNING})),
     "finish": (
         frozenset({S.RUNNING}),
@@ -409,14 +413,74 @@ def end_lease(execution_id: int, worker: str) -> bool:
     )
 
 
+def retry(
+    ref: CallRef,
+    outcome: ToolOutcome,
+    *,
+    earlier: list[dict[str, Any]],
+    duration_ms: int,
+    pause: float,
+) -> list[dict[str, Any]] | None:
+    """Make a call whose attempt ``ref.attempt`` failed transiently ``pending`` again (R6).
+
+    The failed attempt joins ``earlier`` in the audit (``attempts``); the call is due again in
+    ``pause`` seconds (``dispatched_at``, the sweeper's clock, is set to then). The caller sends
+    it (with that countdown) or, in-process, claims it again itself. Returns the attempts now
+    recorded; ``None`` when the attempt no longer holds the call.
+    """
+    now = timezone.now()
+    started = now - datetime.timedelta(milliseconds=duration_ms)
+    attempts = [
+        *earlier,
+        retry_record(ref, outcome, started=started, duration_ms=duration_ms, pause=pause),
+    ]
+    retried = (
+        _guarded("retry", ref.execution_id, S.PENDING)
+        .filter(attempt=ref.attempt)
+        .update(
+            status=S.PENDING,
+            attempts=attempts,
+            lease_expires_at=None,
+            dispatched_at=now + datetime.timedelta(seconds=pause),
+        )
+    )
+    return attempts if retried else None
+
+
+def retry_record(
+    ref: CallRef,
+    outcome: ToolOutcome,
+    *,
+    started: datetime.datetime,
+    duration_ms: int,
+    pause: float,
+) -> dict[str, Any]:
+    """One failed attempt as the audit keeps it: its message (redacted), not its traceback."""
+    return {
+        "attempt": ref.attempt,
+        "started_at": started.isoformat(),
+        "duration_ms": duration_ms,
+        "error_type": outcome.error_type,
+        "error": audit_text(outcome.text[:2000], tool_name=ref.tool_name, field="error"),
+        "retry_after_s": round(pause, 3),
+    }
+
+
 def finish(
-    ref: CallRef, status: str, outcome: ToolOutcome, *, duration_ms: int, keep: bool = True
+    ref: CallRef,
+    status: str,
+    outcome: ToolOutcome,
+    *,
+    duration_ms: int,
+    keep: bool = True,
+    error_id: str = "",
 ) -> bool:
     """End attempt ``ref.attempt`` with ``outcome``; False when it no longer holds the call.
 
-    The audit gets the redacted, capped texts; with ``keep`` (a call on a worker) the working
-    data gets the exact outcome, for the caller waiting on it (the sweeper drops it later). A
-    late result of an attempt that was fenced off changes nothing.
+    The audit gets the redacted, capped texts (and ``error_id``, the id the model was given for
+    an unexpected error); with ``keep`` (a call on a worker) the working data gets the exact
+    outcome, for the caller waiting on it (the sweeper drops it later). A late result of an
+    attempt that was fenced off changes nothing.
     """
     name = ref.tool_name
     is_error = status != S.SUCCEEDED
@@ -429,6 +493,7 @@ def finish(
             result=audit_text(outcome.text, tool_name=name, field="result"),
             error=audit_text(outcome.traceback, tool_name=name, field="error"),
             error_type=outcome.error_type[:200],
+            error_id=error_id,
             is_error=is_error,
             finished_at=timezone.now(),
             duration_ms=duration_ms,

@@ -20,11 +20,14 @@ from tool_calling import _notify, models
 from tool_calling._lease import Heartbeat
 from tool_calling.calls import lifecycle
 from tool_calling.calls.approvals import approved_as_recorded
+from tool_calling.calls.dispatch import Dispatch, dispatch
+from tool_calling.calls.failures import is_unexpected, new_error_id
+from tool_calling.calls.retries import RetryPolicy, is_transient
 from tool_calling.calls.running import CallOutcome, run_governed_call
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.context import ToolContext
-from tool_calling.resolvers import approval_required_of_call, installed_callback
+from tool_calling.resolvers import CallRules, call_rules_of_call, installed_callback
 
 __all__ = [
     "claim",
@@ -68,9 +71,11 @@ def _claim(
 ) -> tuple[lifecycle.CallRef, models.ToolExecution] | None:
     """:func:`claim`, with the row as read for the claim (what the call runs with)."""
     for _ in range(3):  # read again when another claimant changed the row in between
-        # The call, with the re-check of its tool for its user at call time (S2), in one query.
+        # The call and its user, with the re-check of its tool's rules for that user at call
+        # time (S2), in one query.
         row = (
-            models.ToolExecution.objects.annotate(needs_approval=approval_required_of_call())
+            models.ToolExecution.objects.select_related("user")
+            .annotate(rules=call_rules_of_call())
             .filter(pk=execution_id)
             .first()
         )
@@ -136,11 +141,16 @@ def _run(
     context = ToolContext(payload.get("context") or {})
     result = run_governed_call(
         name,
-        row.user_id,
+        row.user,
         lambda: callback.call(arguments, context),
         # Bound to the exact arguments approved: changed since, the call is refused.
         approved=approved_as_recorded(row),
-        rechecked=(getattr(row, "needs_approval", None),),
+        callback=callback,
+        arguments=arguments,
+        context=context,
+        # A retry, or a run again after a crash, is the same call: counted once.
+        count_quota=ref.attempt == 1,
+        rechecked=(CallRules.of_column(getattr(row, "rules", None)),),
     )
     cause = result.outcome.cause
     if is_soft_timeout is not None and isinstance(cause, is_soft_timeout):
@@ -162,7 +172,8 @@ def execute(
 
     Returns without running the tool when the call is finished or claimed by a live attempt.
     A ``SystemExit`` or ``KeyboardInterrupt`` of the tool (the pool terminating this process)
-    is recorded, then raised again, so the process still stops as it was told to.
+    settles the call as a dead worker's (run again if idempotent, else "outcome unknown"), then
+    is raised again, so the process still stops as it was told to.
 
     Args:
         execution_id: The ``ToolExecution`` row.
@@ -180,11 +191,81 @@ def execute(
         result = _run(claimed, row, soft_timeout)
     finally:
         beat.stop()
-    lifecycle.finish(claimed, result.status, result.outcome, duration_ms=result.duration_ms)
-    _notify.call_ended(execution_id)
     cause = result.outcome.cause
     if cause is not None and not isinstance(cause, Exception):
+        # The pool stops this process mid-call (SystemExit, KeyboardInterrupt): the tool did not
+        # finish, and nobody knows what it did. Settled as a dead worker's call is: run again if
+        # idempotent (by the redelivery, or the sweeper), else "outcome unknown"; never "failed"
+        # with the exit code for a text.
+        _interrupted(claimed, worker, idempotent=row.idempotent)
         raise cause
+    if _retried(claimed, row, result):
+        return
+    error_id = _error_id(claimed, result)
+    lifecycle.finish(
+        claimed, result.status, result.outcome, duration_ms=result.duration_ms, error_id=error_id
+    )
+    _notify.call_ended(execution_id)
+
+
+def _interrupted(ref: lifecycle.CallRef, worker: str, *, idempotent: bool) -> None:
+    lifecycle.end_lease(ref.execution_id, worker)
+    settled = lifecycle.settle_lost(ref, idempotent=idempotent)
+    logger.warning(
+        "Tool call %s (%r): attempt %s was interrupted by its process stopping; %s",
+        ref.execution_id,
+        ref.tool_name,
+        ref.attempt,
+        "settled" if settled else "left for another attempt",
+    )
+    if settled:
+        _notify.call_ended(ref.execution_id)
+
+
+def _retried(ref: lifecycle.CallRef, row: models.ToolExecution, result: CallOutcome) -> bool:
+    """Send a call that failed transiently again after its backoff, if its tool retries (R6)."""
+    if result.status != S.FAILED or result.rules is None:
+        return False
+    policy = RetryPolicy.of(result.rules)
+    if not policy.allows_retry(ref.attempt) or not is_transient(
+        result.outcome, idempotent=result.rules.idempotent
+    ):
+        return False
+    pause = policy.pause(ref.attempt)
+    if (
+        lifecycle.retry(
+            ref, result.outcome, earlier=row.attempts, duration_ms=result.duration_ms, pause=pause
+        )
+        is None
+    ):
+        return False
+    logger.warning(
+        "Tool call %s (%r): attempt %s failed (%s); retrying in %.2f s",
+        ref.execution_id,
+        ref.tool_name,
+        ref.attempt,
+        result.outcome.type_name,
+        pause,
+    )
+    # A publish that fails clears dispatched_at: the sweeper sends it (at once, R3).
+    dispatch(Dispatch.of(row, countdown=pause))
+    return True
+
+
+def _error_id(ref: lifecycle.CallRef, result: CallOutcome) -> str:
+    """The id an unexpected error is known by (S13), logged with its traceback; blank if none."""
+    if not is_unexpected(result.outcome):
+        return ""
+    error_id = new_error_id()
+    logger.error(
+        "Tool call %s (%r) failed with an unexpected error (error id %s): %s\n%s",
+        ref.execution_id,
+        ref.tool_name,
+        error_id,
+        result.outcome.error_type,
+        result.outcome.traceback,
+    )
+    return error_id
 
 
 def hard_time_limit_reached(execution_id: int, worker: str, timeout: float) -> None:

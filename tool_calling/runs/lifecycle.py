@@ -267,7 +267,8 @@ def finish(
 ) -> bool:
     """End an active run (``succeeded``, ``failed`` or ``cancelled``) and let its conversation go.
 
-    Records the ending as an event (with the answer or the error). False if it had ended.
+    Records the ending as an event (with the answer or the error). False if it had ended. A
+    failed run keeps its batch's plan, so that ``retry_run`` never runs a recorded call twice.
     ``claim`` is the run's ``(conversation_id, turn_token)`` when the caller has them.
     """
     fields: dict[str, Any] = {
@@ -275,8 +276,11 @@ def finish(
         "error": error,
         "finished_at": timezone.now(),
         "waiting_for": None,
-        "plan": {},
     }
+    if status != R.FAILED:
+        # A failed run keeps the plan of its batch: retried, it completes the calls it recorded
+        # instead of planning (and running) them again.
+        fields["plan"] = {}
     if answer is not None:
         fields["answer"] = answer
     if finish_reason is not None:

@@ -76,7 +76,7 @@ R = models.RunStatus
 _TEXT_FLUSH_SECONDS = 0.25
 """Streamed text is stored as ``text_delta`` events at most this often (one write per flush)."""
 
-_OUTCOME_FIELDS = ("id", "tool_name", "status", "result", "payload")
+_OUTCOME_FIELDS = ("id", "tool_name", "status", "result", "payload", "error_id")
 
 
 @dataclass

@@ -1,12 +1,19 @@
 """Tools for the real Celery tier. Each run appends "<pid> <key>" to STATE_DIR/runs-<tool>.log."""
 
+import fcntl
 import os
 import time
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
+from tests.fixtures.run_scenarios import (  # noqa: F401 - registered for the workers too
+    scenario_add,
+    scenario_explode,
+    scenario_refuse,
+)
 from tool_calling import tool
+from tool_calling.calls.retries import TransientToolError
 
 
 def record(tool_name: str, key: str) -> int:
@@ -105,7 +112,51 @@ def declining_charge(amount: int) -> str:
 
 
 def rethrowing_processor():
-    """``TOOL_CALLING["EXCEPTION_PROCESSOR"]`` of this tier: re-raise ``PaymentDeclined``."""
-    from tool_calling import DefaultToolExecutionExceptionProcessor
+    """``TOOL_CALLING["EXCEPTION_PROCESSOR"]`` of this tier: the governed default, re-raising
+    ``PaymentDeclined`` (other unexpected errors reach the model as a generic text, S13)."""
+    from tool_calling.calls.failures import GovernedToolExecutionExceptionProcessor
 
-    return DefaultToolExecutionExceptionProcessor(rethrown=[PaymentDeclined])
+    return GovernedToolExecutionExceptionProcessor(rethrown=[PaymentDeclined])
+
+
+@tool
+def flaky_on_workers(key: str, failures: int) -> str:
+    """Fail transiently on the first ``failures`` runs of a key, then answer (R6)."""
+    before = record("flaky_on_workers", key)
+    if before < failures:
+        raise TransientToolError(f"upstream busy ({before + 1} of {failures})")
+    return f"{key} answered on run {before + 1}"
+
+
+def _locked_append(name: str, key: str, *, once: bool) -> bool:
+    """Append ``key`` to STATE_DIR/<name>.log under a lock; False if ``once`` and it is there."""
+    path = settings.STATE_DIR / f"{name}.log"
+    with path.open("a+") as stream:
+        fcntl.flock(stream, fcntl.LOCK_EX)
+        try:
+            stream.seek(0)
+            seen = key in stream.read().split("\n")
+            if once and seen:
+                return False
+            stream.write(f"{key}\n")
+            stream.flush()
+            return True
+        finally:
+            fcntl.flock(stream, fcntl.LOCK_UN)
+
+
+@tool
+def count_side_effect(key: str, seconds: float = 0.0) -> str:
+    """A side effect that is not idempotent (soak): one line per run, however many there are."""
+    _locked_append("side-effects", key, once=False)
+    time.sleep(seconds)
+    return f"counted {key}"
+
+
+@tool
+def charge_once(order: str, seconds: float = 0.0) -> str:
+    """An idempotent side effect keyed by the order (soak): a second run of an order is a no-op."""
+    time.sleep(seconds)
+    if _locked_append("charges", order, once=True):
+        return f"charged {order}"
+    return f"{order} was charged already"
