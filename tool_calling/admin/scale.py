@@ -235,7 +235,10 @@ class BoundedChangeList(ChangeList):
             return field.get_db_prep_value(value, connection, prepared=False)
 
         low, high = bound(date(1, 1, 2)), bound(date(1, 1, 3))  # no row is that old
-        probe = self.queryset.order_by().filter(
+        # Ordered by the field: PostgreSQL then walks its index to the first row in range
+        # instead of scanning the table for one (the audit is stored in time order, so a
+        # scan would read everything before the period).
+        probe = self.queryset.order_by(field_name).filter(
             **{f"{field_name}__gte": low, f"{field_name}__lt": high}
         )
         sql, params = probe.values("pk")[:1].query.sql_with_params()

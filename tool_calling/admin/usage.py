@@ -3,12 +3,12 @@
 Each figure comes from a fixed number of queries, whatever the size of the audit, and each
 query reads an index range bounded by its window (migration ``0008``):
 
-- a tool's calls, errors and timed calls per day: one query with a conditional count per day
-  over ``(tool_name, created_at, is_error, status, duration_ms)``, read from the index alone;
-- its p50 and p95 durations per day and over the window: one query of scalar subqueries, each
-  the duration at a rank (``ORDER BY duration_ms LIMIT 1 OFFSET rank - 1``), since SQLite has
-  no percentile function. The rank is the nearest-rank one, ``ceil(p / 100 * n)``, which is
-  what PostgreSQL's ``percentile_disc`` returns too;
+- a tool's calls, errors and timed calls per day: one query grouped by day over
+  ``(tool_name, created_at, is_error, status, duration_ms)``, read from the index alone;
+- its p50 and p95 durations per day and over the window: one query that numbers the timed
+  calls by duration (``ROW_NUMBER()`` within each day and over the window) and keeps the rows
+  at the wanted ranks, since SQLite has no percentile function. The rank is the nearest-rank
+  one, ``ceil(p / 100 * n)``, which is what PostgreSQL's ``percentile_disc`` returns too;
 - its limit refusals per day: one query over its refused calls of the window;
 - its last error, however old: one row of the partial index on ``is_error``;
 - the runs of today per status: one query, one index range per status;
@@ -34,15 +34,20 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db.models import (
     BigIntegerField,
+    Case,
     Count,
+    F,
     Func,
+    IntegerField,
     Q,
     QuerySet,
-    Subquery,
     Sum,
+    Value,
+    When,
+    Window,
 )
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, Coalesce
+from django.db.models.functions import Cast, Coalesce, RowNumber
 from django.utils import timezone
 
 from tool_calling import models
@@ -194,6 +199,18 @@ class ToolUsage:
         return self.errors * 100 / self.calls if self.calls else None
 
 
+def _day_of(days: Sequence[Day]) -> Case:
+    """The index in ``days`` of a row's day, for rows inside them (the cheapest grouping).
+
+    A ``CASE`` of the days' ends, compared once per row, instead of one conditional aggregate
+    per day and figure: the database then groups the rows by day in one pass.
+    """
+    return Case(
+        *(When(created_at__lt=day.end, then=Value(index)) for index, day in enumerate(days)),
+        output_field=IntegerField(),
+    )
+
+
 def tool_usage(tool_name: str, *, days: Sequence[Day] | None = None) -> ToolUsage:
     """The usage of ``tool_name`` over ``days`` (default: ``last_days()``): four queries.
 
@@ -204,79 +221,94 @@ def tool_usage(tool_name: str, *, days: Sequence[Day] | None = None) -> ToolUsag
     window = models.ToolExecution.objects.filter(
         tool_name=tool_name, created_at__gte=days[0].start, created_at__lt=days[-1].end
     ).order_by()
-    counts = window.aggregate(
-        **{
-            key: aggregate
-            for index, day in enumerate(days)
-            for key, aggregate in (
-                (f"calls_{index}", Count("created_at", filter=_in(day))),
-                (f"errors_{index}", Count("created_at", filter=_in(day) & _FAILED)),
-                (f"timed_{index}", Count("duration_ms", filter=_in(day))),
-            )
-        }
-    )
-    timed = [counts[f"timed_{index}"] for index in range(len(days))]
+    counts = {
+        row["day"]: row
+        for row in window.annotate(day=_day_of(days))
+        .values("day")
+        .annotate(
+            calls=Count("created_at"),
+            errors=Count("created_at", filter=_FAILED),
+            timed=Count("duration_ms"),
+        )
+        .order_by()
+    }
+    empty = {"calls": 0, "errors": 0, "timed": 0}
+    timed = [counts.get(index, empty)["timed"] for index in range(len(days))]
     durations = _durations(window, days, timed)
     refusals = _limit_refusals(window, days)
     tool_days = [
         ToolDay(
             day=day,
-            calls=counts[f"calls_{index}"],
-            errors=counts[f"errors_{index}"],
+            calls=counts.get(index, empty)["calls"],
+            errors=counts.get(index, empty)["errors"],
             timed=timed[index],
-            limit_refusals=refusals[index],
-            durations={p: durations.get(f"day_{index}_p{p}") for p in PERCENTILES},
+            limit_refusals=refusals.get(index, 0),
+            durations={p: durations.get((index, p)) for p in PERCENTILES},
         )
         for index, day in enumerate(days)
     ]
     return ToolUsage(
         tool_name=tool_name,
         days=tool_days,
-        durations={p: durations.get(f"all_p{p}") for p in PERCENTILES},
+        durations={p: durations.get((None, p)) for p in PERCENTILES},
         last_error=_last_error(tool_name),
     )
 
 
-def _at_rank(rows: QuerySet[models.ToolExecution], rank: int) -> Subquery:
-    """The ``rank``-th smallest duration of ``rows`` (1-based)."""
-    ordered = rows.filter(duration_ms__isnull=False).order_by("duration_ms")
-    return Subquery(ordered.values("duration_ms")[rank - 1 : rank])
-
-
 def _durations(
     window: QuerySet[models.ToolExecution], days: list[Day], timed: list[int]
-) -> dict[str, int | None]:
+) -> dict[tuple[int | None, int], int]:
     """Each day's and the window's durations at ``PERCENTILES``, in one query (none if none).
 
-    The ranks come from the counts already read; the outer query is the window's first row,
-    so it returns one row exactly when there is something to rank.
+    The timed calls are numbered in order of duration twice, within their day and over the
+    window (``ROW_NUMBER()``: one sort each); the rows at the wanted ranks (from the counts
+    already read) are the answer. Keys: ``(day index, p)``, and ``(None, p)`` for the window.
     """
-    ranks: dict[str, Subquery] = {}
-    for index, (day, count) in enumerate(zip(days, timed, strict=True)):
-        if count:
-            for p in PERCENTILES:
-                rank = _nearest_rank(p, count)
-                ranks[f"day_{index}_p{p}"] = _at_rank(window.filter(_in(day)), rank)
     total = sum(timed)
-    if total:
-        for p in PERCENTILES:
-            ranks[f"all_p{p}"] = _at_rank(window, _nearest_rank(p, total))
-    if not ranks:
+    if not total:
         return {}
-    # Sliced, not first(): that would order the window by pk to pick its row.
-    rows = list(window.annotate(**ranks).values(*ranks)[:1])
-    return dict(rows[0]) if rows else {}
+    at_day_ranks = Q()
+    for index, count in enumerate(timed):
+        if count:
+            ranks = sorted({_nearest_rank(p, count) for p in PERCENTILES})
+            at_day_ranks |= Q(day=index, rank_in_day__in=ranks)
+    overall = sorted({_nearest_rank(p, total) for p in PERCENTILES})
+    rows = (
+        window.filter(duration_ms__isnull=False)
+        .annotate(
+            day=_day_of(days),
+            rank_in_day=Window(
+                RowNumber(), partition_by=[F("day")], order_by=F("duration_ms").asc()
+            ),
+            rank=Window(RowNumber(), order_by=F("duration_ms").asc()),
+        )
+        .filter(at_day_ranks | Q(rank__in=overall))
+        .values_list("day", "rank_in_day", "rank", "duration_ms")
+    )
+    found: dict[tuple[int | None, int], int] = {}
+    for day, rank_in_day, rank, duration in rows:
+        assert duration is not None  # the rows are those with a duration
+        for p in PERCENTILES:
+            if rank_in_day == _nearest_rank(p, timed[day]):
+                found[(day, p)] = duration
+            if rank == _nearest_rank(p, total):
+                found[(None, p)] = duration
+    return found
 
 
-def _limit_refusals(window: QuerySet[models.ToolExecution], days: list[Day]) -> list[int]:
+def _limit_refusals(window: QuerySet[models.ToolExecution], days: list[Day]) -> dict[int, int]:
     """Each day's calls refused by a call limit: one query over the window's refused calls."""
     by_text = Q()
     for text in LIMIT_REFUSAL_TEXTS:
         by_text |= Q(result__startswith=text)
-    counts = window.filter(Q(status=models.ExecutionStatus.REFUSED) & by_text).aggregate(
-        **{f"day_{index}": Count("created_at", filter=_in(day)) for index, day in enumerate(days)}
+    rows = (
+        window.filter(Q(status=models.ExecutionStatus.REFUSED) & by_text)
+        .annotate(day=_day_of(days))
+        .values("day")
+        .annotate(count=Count("created_at"))
+        .order_by()
     )
-    return [counts[f"day_{index}"] for index in range(len(days))]
+    return {row["day"]: row["count"] for row in rows}
 
 
 def _last_error(tool_name: str) -> LastError | None:
@@ -457,26 +489,28 @@ def token_usage(days: Sequence[Day], *, now: datetime | None = None) -> list[Tok
         else:
             missing.append(day)
     if missing:
-        rows = models.Message.objects.filter(
-            role=models.MessageRole.ASSISTANT,
-            created_at__gte=missing[0].start,
-            created_at__lt=missing[-1].end,
-        ).order_by()
-        aggregates: dict[str, Any] = {}
-        for index, day in enumerate(missing):
-            aggregates[f"messages_{index}"] = Count("created_at", filter=_in(day))
-            for kind in ("prompt", "completion"):
-                aggregates[f"{kind}_{index}"] = Coalesce(
-                    Sum(JSONNumber("usage", f"{kind}_tokens"), filter=_in(day)), 0
-                )
-        counts = rows.aggregate(**aggregates)
-        settled: dict[str, tuple[int, int, int]] = {}
-        for index, day in enumerate(missing):
-            value = (
-                counts[f"messages_{index}"],
-                counts[f"prompt_{index}"],
-                counts[f"completion_{index}"],
+        # The days from the first missing one to the last, grouped; cached ones are skipped.
+        span = list(days[days.index(missing[0]) : days.index(missing[-1]) + 1])
+        rows = (
+            models.Message.objects.filter(
+                role=models.MessageRole.ASSISTANT,
+                created_at__gte=span[0].start,
+                created_at__lt=span[-1].end,
             )
+            .annotate(day=_day_of(span))
+            .values("day")
+            .annotate(
+                messages=Count("created_at"),
+                prompt=Coalesce(Sum(JSONNumber("usage", "prompt_tokens")), 0),
+                completion=Coalesce(Sum(JSONNumber("usage", "completion_tokens")), 0),
+            )
+            .order_by()
+        )
+        counts = {row["day"]: row for row in rows}
+        settled: dict[str, tuple[int, int, int]] = {}
+        for day in missing:
+            row = counts.get(span.index(day), {"messages": 0, "prompt": 0, "completion": 0})
+            value = (row["messages"], row["prompt"], row["completion"])
             figures[day] = value
             if day.end + SETTLED_AFTER <= now:
                 settled[keys[day]] = value
