@@ -37,6 +37,7 @@ from tool_calling.admin.messages import (
     ActionText,
 )
 from tool_calling.admin.metrics import RECENT_WINDOW, with_recent_usage
+from tool_calling.admin.scale import FastActionCheckboxMixin
 
 
 class ToolLimitOverrideInline(admin.StackedInline):
@@ -75,7 +76,7 @@ class ToolLimitOverrideInline(admin.StackedInline):
 
 
 @admin.register(models.Tool)
-class ToolAdmin(admin.ModelAdmin):
+class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
     """Tools known from code, governed by operators.
 
     Name, description and schema come from code (``sync_tools``) and are read-only; operators
