@@ -585,7 +585,7 @@ def _time_pages(args: argparse.Namespace) -> list[dict[str, Any]]:
         queries = [q["sql"] for q in captured.captured_queries]
         slowest = []
         for sql in queries:
-            if not sql.lstrip().upper().startswith("SELECT"):
+            if not sql.lstrip().upper().startswith(("SELECT", "(SELECT")):
                 continue  # e.g. a server-side cursor's DECLARE: timed through its SELECT
             started = time.perf_counter()
             with connection.cursor() as cursor:

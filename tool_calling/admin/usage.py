@@ -14,9 +14,10 @@ query reads an index range bounded by its window (migration ``0008``):
 - the runs of today per status: one query, one index range per status;
 - the calls waiting for approval and the oldest one: two queries on ``(status, created_at)``;
 - the tokens per day (``Message.usage`` of the model's messages; the ``model_message`` run
-  events carry the same counts, so they are not added): one query over the days not in the
-  cache. A day's figures never change once it is over, so they are cached (Django's default
-  cache) from ``SETTLED_AFTER`` past its end on; today is always read live.
+  events carry the same counts, so they are not added): one statement, an aggregate per day not
+  in the cache over that day's range of ``(created_at) WHERE role = 'assistant'``. A day's
+  figures never change once it is over, so they are cached (Django's default cache) from
+  ``SETTLED_AFTER`` past its end on; today is always read live.
 
 Days are those of the current time zone (``TIME_ZONE``), as in the admin's date hierarchy.
 """
@@ -489,27 +490,29 @@ def token_usage(days: Sequence[Day], *, now: datetime | None = None) -> list[Tok
         else:
             missing.append(day)
     if missing:
-        # The days from the first missing one to the last, grouped; cached ones are skipped.
-        span = list(days[days.index(missing[0]) : days.index(missing[-1]) + 1])
-        rows = (
+        # One aggregate per missing day over its index range, in one statement (UNION ALL):
+        # grouping the rows of many days by a CASE made PostgreSQL sort them all on disk.
+        parts = [
             models.Message.objects.filter(
                 role=models.MessageRole.ASSISTANT,
-                created_at__gte=span[0].start,
-                created_at__lt=span[-1].end,
+                created_at__gte=day.start,
+                created_at__lt=day.end,
             )
-            .annotate(day=_day_of(span))
+            .order_by()
+            .annotate(day=Value(index, IntegerField()))
             .values("day")
             .annotate(
                 messages=Count("created_at"),
                 prompt=Coalesce(Sum(JSONNumber("usage", "prompt_tokens")), 0),
                 completion=Coalesce(Sum(JSONNumber("usage", "completion_tokens")), 0),
             )
-            .order_by()
-        )
+            for index, day in enumerate(missing)
+        ]
+        rows = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
         counts = {row["day"]: row for row in rows}
         settled: dict[str, tuple[int, int, int]] = {}
         for day in missing:
-            row = counts.get(span.index(day), {"messages": 0, "prompt": 0, "completion": 0})
+            row = counts.get(missing.index(day), {"messages": 0, "prompt": 0, "completion": 0})
             value = (row["messages"], row["prompt"], row["completion"])
             figures[day] = value
             if day.end + SETTLED_AFTER <= now:
