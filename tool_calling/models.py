@@ -336,7 +336,11 @@ class Conversation(models.Model):
         verbose_name = _("conversation")
         verbose_name_plural = _("conversations")
         ordering = ["-updated_at"]
-        indexes = [models.Index(fields=["owner", "-updated_at"], name="tc_conv_owner_updated")]
+        indexes = [
+            models.Index(fields=["owner", "-updated_at"], name="tc_conv_owner_updated"),
+            # The admin's list: newest first (its order ends with the pk), its date hierarchy.
+            models.Index(fields=["updated_at", "id"], name="tc_conv_updated"),
+        ]
 
     def __str__(self) -> str:
         return self.title or str(self.id)
@@ -389,6 +393,14 @@ class Message(models.Model):
             models.UniqueConstraint(
                 fields=["conversation", "sequence"], name="tc_message_conversation_sequence"
             )
+        ]
+        indexes = [
+            # The admin overview's token usage per day: the model's messages of a day.
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(role="assistant"),
+                name="tc_msg_assistant_created",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -648,6 +660,20 @@ class ToolExecution(models.Model):
             models.Index(fields=["status", "-created_at"], name="tc_exec_status_created"),
             models.Index(fields=["conversation", "tool_call_id"], name="tc_exec_conv_call"),
             models.Index(fields=["approval", "created_at"], name="tc_exec_approval"),
+            # The audit list: newest first (its order ends with the pk), its date hierarchy.
+            models.Index(fields=["created_at", "id"], name="tc_exec_created"),
+            # A tool's usage per day: every column the counts, error rates and durations
+            # read, so that they come from the index alone.
+            models.Index(
+                fields=["tool_name", "created_at", "is_error", "status", "duration_ms"],
+                name="tc_exec_tool_usage",
+            ),
+            # A tool's last error, however long ago.
+            models.Index(
+                fields=["tool_name", "created_at"],
+                condition=models.Q(is_error=True),
+                name="tc_exec_tool_errors",
+            ),
         ]
         permissions = [("approve_toolexecution", _("Can approve or deny tool calls"))]
 

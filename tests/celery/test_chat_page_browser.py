@@ -142,6 +142,13 @@ def send(page: Any, text: str) -> None:
     page.get_by_role("button", name="Send").click()
 
 
+def wait_for_the_end(page: Any) -> None:
+    """Wait until the page says the answer is complete (it takes messages again)."""
+    sync_api.expect(page.locator("#send")).to_have_attribute(
+        "aria-disabled", "false", timeout=20_000
+    )
+
+
 def focused(page: Any) -> str:
     """What has the keyboard focus: its id, else its tag and text."""
     return page.evaluate(
@@ -267,6 +274,20 @@ TWO_REFUNDS = [
 ]
 REASON = "Over the refund limit <script>window.__xss = 1</script>"
 
+# Holds back, for 3 s, the page's reads of stored messages (GET /api/conversations/{id}/?after=N,
+# where the results of tool calls come from), as a loaded server does: the answer then streams
+# in before the results arrive, and the page must still show them all before it says the answer
+# is complete.
+SLOW_RESULT_READS = """
+const fetchNow = window.fetch;
+window.fetch = async function (url, init) {
+  if (String(url).includes("?after=")) {
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+  }
+  return fetchNow.call(this, url, init);
+};
+"""
+
 
 def test_an_approver_edits_and_approves_one_call_and_denies_another_and_the_run_goes_on(
     web: WebServer, alice: User, artifacts: Path
@@ -279,6 +300,7 @@ def test_an_approver_edits_and_approves_one_call_and_denies_another_and_the_run_
     )
     with ReplayServer(TWO_REFUNDS, port=settings.MODEL_PORT), chromium(artifacts) as browser:
         page = browser.new_page("alice")
+        page.add_init_script(SLOW_RESULT_READS)
         log_in(page, web.url, "alice")
         assert page.locator("#approvals").count() == 0  # alice may not approve
         send(page, "Refund orders 42 and 43")
@@ -341,6 +363,9 @@ def test_an_approver_edits_and_approves_one_call_and_denies_another_and_the_run_
         sync_api.expect(denied.locator(".tc-tool-note")).to_have_text(f"Denied: {REASON}")
         final = page.locator(".tc-assistant .tc-text:not([hidden])").last
         sync_api.expect(final).to_have_text(TWO_REFUNDS[1]["text"], timeout=20_000)
+        # The answer streamed in while the results were still on their way (SLOW_RESULT_READS):
+        # once the page says it is complete, they are in place.
+        wait_for_the_end(page)
         seen = {
             "approved_result": approved.locator("details.tc-tool-result pre").text_content(),
             "denied_summary": denied.locator("details.tc-tool-result summary").text_content(),
@@ -393,6 +418,7 @@ def test_a_reload_in_the_middle_of_a_run_loses_and_repeats_nothing(
         partial = final.inner_text()
         page.reload()
         sync_api.expect(final).to_have_text(LONG_ANSWER, timeout=20_000)
+        wait_for_the_end(page)
         seen = {
             "texts": page.locator(".tc-message .tc-text:not([hidden])").all_inner_texts(),
             "calls": page.locator(".tc-tool-call").count(),
@@ -461,6 +487,7 @@ def test_the_page_works_by_keyboard_alone(web: WebServer, artifacts: Path) -> No
         sync_api.expect(page.locator(".tc-assistant .tc-text:not([hidden])").last).to_have_text(
             KEYBOARD[1]["text"], timeout=20_000
         )
+        wait_for_the_end(page)
 
         # The second message from the conversation's page, sent with its button.
         tab_to(page, "message")

@@ -6,17 +6,19 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
-from django.db.models import Count, QuerySet
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from tool_calling import models
 from tool_calling.admin.display import admin_url, clip, pretty
+from tool_calling.admin.scale import ScaledModelAdmin
 from tool_calling.search import discovered_tools
 
 
 @admin.register(models.Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(ScaledModelAdmin):
     """Conversations, read as transcripts: every message, tool call and tool response.
 
     Read-only: history is never edited here. Everything shown (model text, tool arguments, tool
@@ -43,8 +45,23 @@ class ConversationAdmin(admin.ModelAdmin):
         return ["title", f"owner__{get_user_model().USERNAME_FIELD}"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Conversation]:
-        """Conversations with their number of messages."""
-        return super().get_queryset(request).annotate(message_count=Count("messages"))
+        """Conversations with their number of messages.
+
+        The number is a correlated subquery (the ``(conversation, sequence)`` index), so it is
+        counted for the rows of the page only, not grouped over every message.
+        """
+        messages = (
+            models.Message.objects.filter(conversation=OuterRef("pk"))
+            .order_by()
+            .values("conversation")
+            .annotate(count=Count("pk"))
+            .values("count")
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(message_count=Coalesce(Subquery(messages, IntegerField()), 0))
+        )
 
     @admin.display(description=_("messages"), ordering="message_count")
     def message_count(self, obj: models.Conversation) -> int:

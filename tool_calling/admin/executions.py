@@ -11,11 +11,17 @@ from django.utils.translation import gettext_lazy as _
 
 from tool_calling import models
 from tool_calling.admin.display import conversation_link, pre
+from tool_calling.admin.scale import ScaledModelAdmin, ToolNameFilter
 
 
 @admin.register(models.ToolExecution)
-class ToolExecutionAdmin(admin.ModelAdmin):
-    """The audit of tool calls: read-only, filterable; only superusers may delete rows."""
+class ToolExecutionAdmin(ScaledModelAdmin):
+    """The audit of tool calls: read-only, filterable; only superusers may delete rows.
+
+    The audit grows without bound, so its list counts at most ``scale.COUNT_CAP`` rows, its
+    date hierarchy comes from index probes and its tool filter from the ``Tool`` table
+    (``tool_calling.admin.scale``); its order and filters have indexes.
+    """
 
     list_display = (
         "tool_name",
@@ -34,14 +40,12 @@ class ToolExecutionAdmin(admin.ModelAdmin):
         "is_error",
         "mode",
         "idempotent",
-        "tool_name",
+        ToolNameFilter,
         "created_at",
     )
     list_select_related = ("conversation", "user")
     date_hierarchy = "created_at"
     search_fields = ("tool_name", "tool_call_id", "task_id", "worker", "error_type", "error_id")
-    # The audit grows without bound: skip the second COUNT(*) of the whole table per page.
-    show_full_result_count = False
     # The working data (exact arguments, context and result, not redacted) is never shown.
     exclude = ("payload",)
     readonly_fields = (

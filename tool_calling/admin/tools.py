@@ -12,14 +12,20 @@ from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.urls import NoReverseMatch, reverse
+from django.http import HttpRequest, HttpResponse
+from django.urls import NoReverseMatch, URLPattern, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from tool_calling import models
+from tool_calling.admin.dashboards import (
+    OVERVIEW_URL_NAME,
+    TOOL_USAGE_URL_NAME,
+    can_read_audit,
+    dashboard_urls,
+)
 from tool_calling.admin.display import code_requires_approval, pre
 from tool_calling.admin.messages import (
     APPROVAL_REQUIRED,
@@ -31,6 +37,7 @@ from tool_calling.admin.messages import (
     ActionText,
 )
 from tool_calling.admin.metrics import RECENT_WINDOW, with_recent_usage
+from tool_calling.admin.scale import FastActionCheckboxMixin
 
 
 class ToolLimitOverrideInline(admin.StackedInline):
@@ -69,7 +76,7 @@ class ToolLimitOverrideInline(admin.StackedInline):
 
 
 @admin.register(models.Tool)
-class ToolAdmin(admin.ModelAdmin):
+class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
     """Tools known from code, governed by operators.
 
     Name, description and schema come from code (``sync_tools``) and are read-only; operators
@@ -88,6 +95,7 @@ class ToolAdmin(admin.ModelAdmin):
         "limit",
         "calls_24h",
         "error_rate_24h",
+        "usage_link",
     )
     list_filter = (
         "enabled",
@@ -111,6 +119,8 @@ class ToolAdmin(admin.ModelAdmin):
         "include_in_limits",
     )
     inlines = (ToolLimitOverrideInline,)
+    change_list_template = "tool_calling/admin/tool/change_list.html"
+    change_form_template = "tool_calling/admin/tool/change_form.html"
     filter_horizontal = ("allowed_groups",)
     readonly_fields = (
         "name",
@@ -179,7 +189,56 @@ class ToolAdmin(admin.ModelAdmin):
         (_("History"), {"fields": ("created_at", "updated_at", "synced_at")}),
     )
 
+    # -- the dashboards ---------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        """Django's URLs of tools, and the dashboards' (``tool_calling.admin.dashboards``)."""
+        return [*dashboard_urls(self), *super().get_urls()]
+
+    def _dashboard_url(self, name: str, *args: Any) -> str | None:
+        try:
+            return reverse(f"{self.admin_site.name}:{name}", args=args)
+        except NoReverseMatch:
+            return None
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The tool list, linking to the overview for who may read the audit."""
+        context = {
+            "overview_url": (
+                self._dashboard_url(OVERVIEW_URL_NAME) if can_read_audit(request) else None
+            )
+        }
+        return super().changelist_view(request, {**context, **(extra_context or {})})
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """A tool's page, linking to its usage for who may read the audit."""
+        context = {
+            "usage_url": (
+                self._dashboard_url(TOOL_USAGE_URL_NAME, object_id)
+                if can_read_audit(request)
+                else None
+            )
+        }
+        return super().change_view(
+            request, object_id, form_url, {**context, **(extra_context or {})}
+        )
+
     # -- queryset and columns --------------------------------------------------------------------
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """The columns; the usage links only for who may read the audit (their source)."""
+        columns = tuple(super().get_list_display(request))
+        if can_read_audit(request):
+            return columns
+        return tuple(column for column in columns if column != "usage_link")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Tool]:
         """Tools with their calls, errors and error rate of the last 24 hours.
@@ -226,6 +285,19 @@ class ToolAdmin(admin.ModelAdmin):
             return self.get_empty_value_display()
         text = f"{rate:.1f}"
         return f"{text.removesuffix('.0')}%"
+
+    @admin.display(description=_("usage"))
+    def usage_link(self, obj: models.Tool) -> str:
+        """A link to the tool's usage page (calls, errors, durations of the last days)."""
+        url = self._dashboard_url(TOOL_USAGE_URL_NAME, obj.pk)
+        if url is None:
+            return self.get_empty_value_display()
+        return format_html(
+            '<a href="{}" aria-label="{}">{}</a>',
+            url,
+            _("Usage of %(name)s") % {"name": obj.name},
+            _("14 days"),
+        )
 
     @admin.display(description=_("input schema"))
     def input_schema_display(self, obj: models.Tool) -> str:

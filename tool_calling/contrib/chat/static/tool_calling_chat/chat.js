@@ -75,6 +75,7 @@
     "tool_call_started", "tool_call_ended", "tool_results", "succeeded", "failed", "cancelled",
   ];
   const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+  const READ_ATTEMPTS = 3; // reads of stored messages, when the server could not answer
 
   // -- small helpers ---------------------------------------------------------------------------
 
@@ -184,6 +185,21 @@
       throw new ApiError(response.status, problem(response.status, data));
     }
     return data;
+  }
+
+  /** GET ``url``, again after 1 s and 2 s when the server could not answer (network, 5xx). */
+  async function readWithRetries(url) {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await api("GET", url);
+      } catch (error) {
+        const transient = error.status === 0 || error.status >= 500;
+        if (!transient || attempt === READ_ATTEMPTS) {
+          throw error;
+        }
+      }
+      await new Promise((resolve) => window.setTimeout(resolve, 1000 * 2 ** (attempt - 1)));
+    }
   }
 
   // -- the transcript ------------------------------------------------------------------------
@@ -447,14 +463,19 @@
       return this.calls.get(id);
     }
 
-    /** Read the messages stored since the last read: the calls' arguments and results. */
+    /** Read the messages stored since the last read: the calls' arguments and results.
+     *
+     * Reads run one after another (``this.reading``), and the end of the run waits for them:
+     * the page says the answer is complete only once every result it will show is in place.
+     */
     readMessages() {
       const url = config.conversation.url;
       this.reading = this.reading.then(async () => {
         if (this.readThrough === null || this.readThrough === undefined) {
           return;
         }
-        const data = await api("GET", `${url}?after=${encodeURIComponent(this.readThrough)}`);
+        const data = await readWithRetries(
+          `${url}?after=${encodeURIComponent(this.readThrough)}`);
         for (const message of data.messages) {
           this.readThrough = Math.max(this.readThrough, message.sequence);
           if (message.role === "assistant") {
@@ -501,12 +522,15 @@
       if (this.source) {
         this.source.close();
       }
-      for (const view of this.rounds.values()) {
-        view.node.removeAttribute("aria-busy");
-      }
-      showState(isError ? message : "");
-      announce(message);
-      this.onEnd();
+      // The stream is over; the results of its last calls may still be loading.
+      this.reading.then(() => {
+        for (const view of this.rounds.values()) {
+          view.node.removeAttribute("aria-busy");
+        }
+        showState(isError ? message : "");
+        announce(message);
+        this.onEnd();
+      });
     }
   }
 
