@@ -24,6 +24,8 @@ tool_calling.E011   ``EXECUTION["QUEUE"]`` is not a non-empty string.
 tool_calling.E012   ``EXECUTION["MODE"]`` is ``"celery"`` and ``CELERY_ACCEPT_CONTENT`` lets workers
                     deserialize pickle or YAML: a message pushed into the queue could run code
                     (S20).
+tool_calling.W001   ``OBSERVATIONS_INCLUDE_CONTENT`` is on: tool arguments and results and the
+                    messages of model calls go on OpenTelemetry spans (S12).
 =================== =======================================================================
 """
 
@@ -38,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.checks import CheckMessage, Error
+from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
@@ -92,7 +94,22 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _check_import_strings(values)
     errors += _check_execution(values["EXECUTION"])
     errors += _check_visibility_timeout(values["EXECUTION"])
+    errors += _check_content(values["OBSERVATIONS_INCLUDE_CONTENT"])
     return errors
+
+
+def _check_content(include_content: object) -> list[CheckMessage]:
+    if include_content is not True:
+        return []  # a value that is not a flag is reported as E008
+    return [
+        Warning(
+            f"'{_path('OBSERVATIONS_INCLUDE_CONTENT')}' is on: tool arguments and results and "
+            "the messages of model calls are recorded on OpenTelemetry spans.",
+            hint="Spans then hold what users and tools send, redacted only by AUDIT_REDACTOR; "
+            "turn it off in production unless your traces are as protected as your database.",
+            id="tool_calling.W001",
+        )
+    ]
 
 
 def _path(*keys: object) -> str:

@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
 from django.utils.module_loading import import_string
 
-from tool_calling import models
+from tool_calling import models, observability
 from tool_calling.calls import lifecycle
 from tool_calling.calls.executors import CeleryToolExecutor, RoutingToolCallExecutor, execution_mode
 from tool_calling.calls.running import run_governed_call
@@ -120,8 +120,20 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             row = models.Tool.objects.filter(name=name).first()
         return row
 
+    def _observed(self, callback: ToolCallback) -> dict[str, Any]:
+        """What the ``execute_tool`` span of an in-process call carries besides the call."""
+        return {
+            "execution_mode": observability.INLINE,
+            "description": callback.definition.description,
+            "conversation_id": self.conversation_id,
+            "run_id": self.run_id,
+        }
+
     def on_limit_exceeded(self, tool_call: ToolCall, response_text: str) -> None:
         """Audit a call refused by a call limit as refused (it never ran)."""
+        observability.limit_refused(
+            tool_call, response_text, conversation_id=self.conversation_id, run_id=self.run_id
+        )
         self.on_unavailable_tool(tool_call, response_text)
 
     def on_unavailable_tool(self, tool_call: ToolCall, response_text: str) -> None:
@@ -164,9 +176,12 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             refs.append(lifecycle.record_started(tool_call, tool=tool, **scope))
 
         base = super().call_tool
-        result = run_governed_call(
-            name, self.user, lambda: base(callback, tool_call, tool_context), on_start=start
-        )
+        with observability.tool_call(tool_call, **self._observed(callback)) as observed:
+            result = observed.ended(
+                run_governed_call(
+                    name, self.user, lambda: base(callback, tool_call, tool_context), on_start=start
+                )
+            )
         if refs:
             lifecycle.finish(
                 refs[0], result.status, result.outcome, duration_ms=result.duration_ms, keep=False
@@ -300,14 +315,20 @@ def governed_chat_client(
         tool_registry=tool_registry,
         log=log,
     )
+    model = model or chat_model()
     builder: ChatClientBuilder = (
-        ChatClient.builder(model or chat_model())
+        ChatClient.builder(model)
         .default_tools(turn.callbacks)
         .default_tool_context(turn.tool_context)
         .tool_calling_manager(turn.manager)
     )
     if system:
         builder.default_system(system)
+    # The turn's span outermost, a span per model call inside the tool loop (next to the model).
+    builder.default_advisors(
+        observability.TurnObservationAdvisor(model, conversation_id=conversation_id),
+        observability.ChatObservationAdvisor(model),
+    )
     if log is not None:
         # Inside the tool loop: every step is stored as it happens, not only the final answer.
         builder.default_advisors(

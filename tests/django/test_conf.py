@@ -77,8 +77,10 @@ def test_documented_defaults():
     assert DEFAULTS["TOOL_CALLING_ADVISOR_AUTO_REGISTER"] is True
     assert DEFAULTS["STRICT_TOOL_CALLS"] is False
     # Keys of features not built yet are not settings (STYLE rule 28).
-    for unbuilt in ("OBSERVATIONS_INCLUDE_CONTENT", "TOOL_SEARCH", "MCP"):
+    for unbuilt in ("TOOL_SEARCH", "MCP"):
         assert unbuilt not in DEFAULTS
+    # spring.ai.tools.observations.include-content: content stays off spans by default (S12).
+    assert DEFAULTS["OBSERVATIONS_INCLUDE_CONTENT"] is False
     assert DEFAULTS["MAX_RESULT_CHARS"] == 65536
     assert DEFAULTS["MEMORY_MAX_MESSAGES"] == 100
     assert DEFAULTS["NEW_TOOLS_ENABLED"] is True

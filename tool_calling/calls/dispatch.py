@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import transaction
 
+from tool_calling import observability
 from tool_calling.calls import lifecycle
 from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
@@ -114,6 +115,7 @@ def dispatch(call: Dispatch) -> bool:
             queue=queue,
             soft_time_limit=timeout,
             time_limit=hard_time_limit(timeout),
+            headers=observability.task_headers(),
         )
     except Exception:
         logger.exception(
@@ -135,4 +137,8 @@ def dispatch_on_commit(call: Dispatch) -> None:
 
 def send_run_step(run_id: object) -> None:
     """Send a step of durable run ``run_id`` (raises what the broker raised)."""
-    task(RUN_STEP).apply_async(args=[str(run_id)], queue=str(app_settings.EXECUTION["QUEUE"]))
+    task(RUN_STEP).apply_async(
+        args=[str(run_id)],
+        queue=str(app_settings.EXECUTION["QUEUE"]),
+        headers=observability.task_headers(),
+    )

@@ -16,12 +16,13 @@ from typing import Any
 from django.db import close_old_connections
 from django.utils import timezone
 
-from tool_calling import _notify, models
+from tool_calling import _notify, models, observability
 from tool_calling._lease import Heartbeat
 from tool_calling.calls import lifecycle
 from tool_calling.calls.approvals import approved_as_recorded
 from tool_calling.calls.running import CallOutcome, run_governed_call
 from tool_calling.conf import settings as app_settings
+from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.registry import registry
@@ -144,6 +145,20 @@ def _run(
     return result
 
 
+def _observed(row: models.ToolExecution, ref: lifecycle.CallRef) -> observability.tool_call:
+    """The ``execute_tool`` span of the call on this worker (the sender's trace continues)."""
+    callback = registry.get(row.tool_name)
+    return observability.tool_call(
+        ToolCall(row.tool_call_id, row.tool_name, (row.payload or {}).get("arguments") or "{}"),
+        execution_mode=observability.CELERY,
+        attempt=ref.attempt,
+        description=callback.definition.description if callback is not None else "",
+        approval=row.approval,
+        conversation_id=row.conversation_id,
+        run_id=row.run_id,
+    )
+
+
 def execute(
     execution_id: int,
     *,
@@ -170,7 +185,8 @@ def execute(
     beat = heartbeat(claimed)
     beat.start()
     try:
-        result = _run(claimed, row, soft_timeout)
+        with _observed(row, claimed) as observed:
+            result = observed.ended(_run(claimed, row, soft_timeout))
     finally:
         beat.stop()
     lifecycle.finish(claimed, result.status, result.outcome, duration_ms=result.duration_ms)
