@@ -115,7 +115,7 @@ def dispatch(call: Dispatch) -> bool:
             queue=queue,
             soft_time_limit=timeout,
             time_limit=hard_time_limit(timeout),
-            headers=observability.task_headers(),
+            **observability.task_options(),  # the sender's trace, in the task's headers
         )
     except Exception:
         logger.exception(
@@ -140,5 +140,5 @@ def send_run_step(run_id: object) -> None:
     task(RUN_STEP).apply_async(
         args=[str(run_id)],
         queue=str(app_settings.EXECUTION["QUEUE"]),
-        headers=observability.task_headers(),
+        **observability.task_options(),  # the sender's trace, in the task's headers
     )

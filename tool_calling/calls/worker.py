@@ -14,6 +14,7 @@ import socket
 from typing import Any
 
 from django.db import close_old_connections
+from django.db.models import F
 from django.utils import timezone
 
 from tool_calling import _notify, models, observability
@@ -69,7 +70,13 @@ def _claim(
 ) -> tuple[lifecycle.CallRef, models.ToolExecution] | None:
     """:func:`claim`, with the row as read for the claim (what the call runs with)."""
     for _ in range(3):  # read again when another claimant changed the row in between
-        row = models.ToolExecution.objects.select_related("user").filter(pk=execution_id).first()
+        row = (
+            models.ToolExecution.objects.select_related("user")
+            # The run's trace (issue 14): its calls join it, whoever's request sent them.
+            .annotate(run_trace_context=F("run__trace_context"))
+            .filter(pk=execution_id)
+            .first()
+        )
         if row is None:
             logger.warning("Tool call %s does not exist (deleted?); nothing to run", execution_id)
             return None
@@ -156,6 +163,7 @@ def _observed(row: models.ToolExecution, ref: lifecycle.CallRef) -> observabilit
         approval=row.approval,
         conversation_id=row.conversation_id,
         run_id=row.run_id,
+        trace_context=getattr(row, "run_trace_context", None) or "",
     )
 
 

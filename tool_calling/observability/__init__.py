@@ -25,7 +25,7 @@ recorded once per operation where it ran: ``gen_ai.client.operation.duration`` a
 ``tool_calling.tool_calls`` per tool call, ``tool_calling.limit_refusals``, approval decisions
 and how long they waited, and gauges of the calls waiting for approval.
 
-A Celery task carries its sender's trace context in its headers (:func:`task_headers`), and the
+A Celery task carries its sender's trace context in its headers (:func:`task_options`), and the
 worker continues it (:func:`task_prerun`, connected by ``ToolCallingConfig.ready()``), so the
 web request, a run's steps and every tool-call task make one trace. MCP calls nest under the
 MCP SDK's own ``MCP send tools/call`` spans, which run inside ``execute_tool``.
@@ -76,6 +76,7 @@ __all__ = [
     "resume_turn",
     "run_step",
     "task_headers",
+    "task_options",
     "task_postrun",
     "task_prerun",
     "tool_call",
@@ -363,31 +364,30 @@ _approvals: list[Any] = [None, 0.0, (0, 0.0)]
 """The summary function :func:`connect` was given, when it last ran, what it returned."""
 
 
-def _approval_summary() -> tuple[int, float]:
+def _approval_summary(fresh: bool) -> tuple[int, float] | None:
     summary = _approvals[0]
     if summary is None:
-        return 0, 0.0
-    # Both gauges are read in one collection: one query serves them.
-    if time.monotonic() - _approvals[1] > 1.0:
+        return None
+    # The gauges are read in one collection, the count first: its query serves the age too.
+    if fresh or time.monotonic() - _approvals[1] > 1.0:
         try:
             _approvals[2] = summary()
         except Exception:
             logger.exception("Could not read the calls waiting for approval")
+            return None
         _approvals[1] = time.monotonic()
     found: tuple[int, float] = _approvals[2]
     return found
 
 
 def _waiting_count(options: Any) -> list[Any]:
-    if _approvals[0] is None:
-        return []
-    return [_otel.observation(_approval_summary()[0])]
+    found = _approval_summary(fresh=True)
+    return [] if found is None else [_otel.observation(found[0])]
 
 
 def _oldest_age(options: Any) -> list[Any]:
-    if _approvals[0] is None:
-        return []
-    return [_otel.observation(_approval_summary()[1])]
+    found = _approval_summary(fresh=False)
+    return [] if found is None else [_otel.observation(found[1])]
 
 
 def _approval_decided(sender: Any, execution: Any, decision: str = "", **kwargs: Any) -> None:
@@ -884,6 +884,8 @@ class tool_call:
         approval: The approval decision the call runs under (blank: none needed).
         conversation_id: The stored conversation of the turn.
         run_id: The durable run that made the call.
+        trace_context: The run's stored trace context (``Run.trace_context``): the span joins
+            the run's turn even when someone else's request sent the call (an approval).
     """
 
     __slots__ = ("_attributes", "_ended", "_instruments", "_restore", "_scope", "_span", "_started")
@@ -898,6 +900,7 @@ class tool_call:
         approval: str = "",
         conversation_id: Any = None,
         run_id: Any = None,
+        trace_context: str = "",
     ) -> None:
         scope = _scope.get()
         conversation = _text(conversation_id) or scope.conversation_id
@@ -930,8 +933,9 @@ class tool_call:
                 attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = _redacted(
                     call.arguments, tool_name=call.name, field="arguments"
                 )
+            parent = _otel.extract({"traceparent": trace_context}) if trace_context else None
             self._span = _otel.start_span(
-                tracer, f"{sc.OPERATION_EXECUTE_TOOL} {call.name}", "internal", attributes
+                tracer, f"{sc.OPERATION_EXECUTE_TOOL} {call.name}", "internal", attributes, parent
             )
         self._instruments = _instruments()
         self._scope = scope.but(
@@ -961,7 +965,7 @@ class tool_call:
             return
         self._ended = True
         attributes = self._attributes
-        attributes[sc.TOOL_CALLING_OUTCOME] = status
+        attributes[sc.TOOL_CALLING_OUTCOME] = str(status)
         error_type = ""
         if error is not None:
             error_type = _error_type(error)
@@ -1125,13 +1129,20 @@ def resume_turn(stored: str, conversation_id: Any, store: Callable[[str], Any]) 
 
 
 def task_headers() -> dict[str, str] | None:
-    """The current trace context as Celery task headers (``apply_async(headers=...)``).
-
-    ``None`` when nothing is traced, so a task carries nothing extra.
-    """
+    """The current trace context as Celery task headers; ``None`` when nothing is traced."""
     if _otel.tracer() is None:
         return None
     return _otel.inject()
+
+
+def task_options() -> dict[str, Any]:
+    """``apply_async`` options that carry the current trace: ``{"headers": ...}``, or ``{}``.
+
+    Empty when nothing is traced, so a task is sent exactly as it would be without
+    OpenTelemetry.
+    """
+    headers = task_headers()
+    return {"headers": headers} if headers else {}
 
 
 _task_tokens: dict[str, _Restore] = {}
