@@ -327,7 +327,7 @@ def governed_chat_client(
     # The turn's span outermost, a span per model call inside the tool loop (next to the model).
     builder.default_advisors(
         observability.TurnObservationAdvisor(model, conversation_id=conversation_id),
-        observability.ChatObservationAdvisor(model),
+        *observability.chat_advisors(model),
     )
     if log is not None:
         # Inside the tool loop: every step is stored as it happens, not only the final answer.

@@ -93,6 +93,6 @@ def send_robust(signal: Signal, sender: Any, **kwargs: Any) -> None:
 
 def send_on_commit(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` once the current transaction commits; receivers' errors are logged."""
-    if not signal.has_listeners(sender):
+    if not signal.receivers or not signal.has_listeners(sender):  # the first test is cheaper
         return
     transaction.on_commit(lambda: send_robust(signal, sender, **kwargs))

@@ -60,14 +60,15 @@ def test_a_background_run_on_workers_is_one_trace_across_processes():
     by_name: dict[str, list[dict]] = {}
     for span in worker_spans:
         by_name.setdefault(span["name"], []).append(span)
-    assert sorted(by_name) == ["chat replay-model", "execute_tool sleepy", "invoke_agent"]
+    chat = f"chat {settings.TOOL_CALLING['CHAT_MODEL']['MODEL']}"  # the model asked for
+    assert sorted(by_name) == [chat, "execute_tool sleepy", "invoke_agent"]
     (turn,) = by_name["invoke_agent"]
     (tool_span,) = by_name["execute_tool sleepy"]
-    assert len(by_name["chat replay-model"]) == 2
+    assert len(by_name[chat]) == 2
     # The turn span continues the request (sent in the step's task headers) ...
     assert turn["parent_id"] == f"0x{context.span_id:016x}"
     # ... and every later span joins it, from whichever process ran it.
-    children = [tool_span, *by_name["chat replay-model"]]
+    children = [tool_span, *by_name[chat]]
     assert {span["parent_id"] for span in children} == {turn["context"]["span_id"]}
     assert tool_span["attributes"]["tool_calling.tool_call.execution_mode"] == "celery"
     assert tool_span["attributes"]["tool_calling.run.id"] == str(run.pk)

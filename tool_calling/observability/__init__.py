@@ -68,6 +68,7 @@ __all__ = [
     "ChatObservationAdvisor",
     "LogContextFilter",
     "TurnObservationAdvisor",
+    "chat_advisors",
     "connect",
     "content_enabled",
     "limit_refused",
@@ -115,7 +116,7 @@ class _Scope:
         run_id: str = "",
         tool_call_id: str = "",
         tool_name: str = "",
-        turn: _Turn | None = None,
+        turn: Any = None,
         step: run_step | None = None,
     ) -> None:
         self.conversation_id = conversation_id
@@ -126,9 +127,17 @@ class _Scope:
         self.step = step
 
     def but(self, **changes: Any) -> _Scope:
-        values = {name: getattr(self, name) for name in self.__slots__}
-        values.update(changes)
-        return _Scope(**values)
+        scope = _Scope(
+            self.conversation_id,
+            self.run_id,
+            self.tool_call_id,
+            self.tool_name,
+            self.turn,
+            self.step,
+        )
+        for name, value in changes.items():
+            setattr(scope, name, value)
+        return scope
 
 
 _EMPTY = _Scope()
@@ -563,11 +572,15 @@ class _Turn:
         "announce",
         "conversation_id",
         "input_tokens",
+        "instruments",
         "model",
+        "observed",
         "output_tokens",
         "provider",
         "run_id",
+        "scope",
         "span",
+        "tracer",
     )
 
     def __init__(
@@ -588,7 +601,19 @@ class _Turn:
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
         self.span: Any = None
-        tracer = _otel.tracer()
+        # Decided once a turn: the observations inside it look no provider up again.
+        self.tracer = tracer = _otel.tracer()
+        self.instruments = _instruments()
+        self.observed = tracer is not None or self.instruments is not None
+        outer = _scope.get()
+        self.scope = _Scope(
+            conversation_id or outer.conversation_id,
+            run_id or outer.run_id,
+            outer.tool_call_id,
+            outer.tool_name,
+            self,
+            outer.step,
+        )
         if tracer is not None:
             attributes: dict[str, Any] = {sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT}
             if provider:
@@ -604,12 +629,7 @@ class _Turn:
             )
 
     def activate(self) -> _Restore:
-        scope = _scope.get().but(
-            conversation_id=self.conversation_id or _scope.get().conversation_id,
-            run_id=self.run_id or _scope.get().run_id,
-            turn=self,
-        )
-        return _Restore(self.span, scope)
+        return _Restore(self.span, self.scope)
 
     def model_called(self, provider: str, model: str, response: ChatResponse | None) -> None:
         """Add up what one model call of the turn reported."""
@@ -632,7 +652,7 @@ class _Turn:
     def end(self, response: ChatResponse | None = None, error: BaseException | None = None) -> None:
         """End the span with the turn's outcome; tell ``turn_finished`` receivers (in-process)."""
         span = self.span
-        if span is not None:
+        if span is not None:  # nothing to do unless traced or heard
             if self.input_tokens is None and self.output_tokens is None:
                 self.input_tokens, self.output_tokens = _usage(response)
             if self.input_tokens is not None:
@@ -646,17 +666,36 @@ class _Turn:
                 span.set_attribute(sc.ERROR_TYPE, _error_type(error))
                 _otel.set_error(span, type(error).__name__)
             span.end()
-        if self.announce:
-            reasons = _finish_reasons(response)
-            signals.send_on_commit(
-                signals.turn_finished,
-                ChatClient,
-                conversation_id=self.conversation_id or None,
-                run_id=None,
-                status="failed" if error is not None else "succeeded",
-                finish_reason=reasons[0] if reasons else "",
-                error=type(error).__name__ if error is not None else "",
-            )
+        if self.announce and signals.turn_finished.receivers:
+            _announce(self.conversation_id, response, error)
+
+
+class _Unobserved:
+    """The turn of a scope in which nothing is recorded (no provider configured)."""
+
+    __slots__ = ()
+    tracer = None
+    instruments = None
+    observed = False
+
+
+_UNOBSERVED: Any = _Unobserved()
+
+
+def _announce(
+    conversation_id: str, response: ChatResponse | None, error: BaseException | None
+) -> None:
+    """Send ``turn_finished`` for an in-process turn, once the transaction commits."""
+    reasons = _finish_reasons(response)
+    signals.send_on_commit(
+        signals.turn_finished,
+        ChatClient,
+        conversation_id=conversation_id or None,
+        run_id=None,
+        status="failed" if error is not None else "succeeded",
+        finish_reason=reasons[0] if reasons else "",
+        error=type(error).__name__ if error is not None else "",
+    )
 
 
 class TurnObservationAdvisor(Advisor):
@@ -693,16 +732,49 @@ class TurnObservationAdvisor(Advisor):
 
     def advise_call(self, request: ChatClientRequest, chain: AdvisorChain) -> ChatClientResponse:
         """Run the turn inside its span."""
+        if _otel.tracer() is None and _instruments() is None:
+            return self._unobserved(request, chain)
         turn = self._turn(request)
-        restore = turn.activate()
+        token = _scope.set(turn.scope)
+        span = turn.span
+        otel_token = _otel.attach(span) if span is not None else None
         try:
             response = chain.next_call(request)
         except BaseException as exc:
-            restore()
+            if otel_token is not None:
+                _otel.detach(otel_token)
+            _scope.reset(token)
             turn.end(error=exc)
             raise
-        restore()
+        if otel_token is not None:
+            _otel.detach(otel_token)
+        _scope.reset(token)
         turn.end(response.chat_response)
+        return response
+
+    def _unobserved(self, request: ChatClientRequest, chain: AdvisorChain) -> ChatClientResponse:
+        """The turn with nothing to record: the log fields and ``turn_finished`` only."""
+        outer = _scope.get()
+        token = _scope.set(
+            _Scope(
+                self.conversation_id or outer.conversation_id,
+                self.run_id or outer.run_id,
+                outer.tool_call_id,
+                outer.tool_name,
+                _UNOBSERVED,
+                outer.step,
+            )
+        )
+        try:
+            response = chain.next_call(request)
+        except BaseException as exc:
+            _scope.reset(token)
+            if signals.turn_finished.receivers:
+                _announce(self.conversation_id, None, exc)
+            raise
+        _scope.reset(token)
+        if signals.turn_finished.receivers:
+            _announce(self.conversation_id, response.chat_response, None)
         return response
 
     def advise_stream(
@@ -725,7 +797,7 @@ class _Chat:
     ) -> None:
         self.provider = provider
         scope = _scope.get()
-        self.turn = scope.turn
+        turn = self.turn = scope.turn
         self.attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
             sc.GEN_AI_PROVIDER_NAME: provider,
@@ -733,7 +805,7 @@ class _Chat:
         if model:
             self.attributes[sc.GEN_AI_REQUEST_MODEL] = model
         self.span: Any = None
-        tracer = _otel.tracer()
+        tracer = turn.tracer if turn is not None else _otel.tracer()
         if tracer is not None:
             attributes = dict(self.attributes)
             attributes[sc.GEN_AI_REQUEST_STREAM] = stream
@@ -745,7 +817,7 @@ class _Chat:
                 attributes.update(_input_content(request.prompt.messages))
             name = f"{sc.OPERATION_CHAT} {model}" if model else sc.OPERATION_CHAT
             self.span = _otel.start_span(tracer, name, "client", attributes)
-        self.instruments = _instruments()
+        self.instruments = turn.instruments if turn is not None else _instruments()
         self.started = time.perf_counter()
 
     def activate(self) -> _Restore:
@@ -767,19 +839,24 @@ class _Chat:
         prompt, completion = _usage(response)
         span = self.span
         if span is not None:
-            span.set_attributes(attributes)
+            # What the start did not know, in one call (each call takes the span's lock).
+            ended: dict[str, Any] = {}
+            for key in (sc.GEN_AI_RESPONSE_MODEL, sc.ERROR_TYPE):
+                if key in attributes:
+                    ended[key] = attributes[key]
             response_id = response.metadata.get("id") if response is not None else None
             if isinstance(response_id, str) and response_id:
-                span.set_attribute(sc.GEN_AI_RESPONSE_ID, response_id)
+                ended[sc.GEN_AI_RESPONSE_ID] = response_id
             reasons = _finish_reasons(response)
             if reasons:
-                span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, reasons)
+                ended[sc.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
             if prompt is not None:
-                span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, prompt)
+                ended[sc.GEN_AI_USAGE_INPUT_TOKENS] = prompt
             if completion is not None:
-                span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, completion)
+                ended[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = completion
             if response is not None and content_enabled():
-                span.set_attribute(sc.GEN_AI_OUTPUT_MESSAGES, _output_content(response))
+                ended[sc.GEN_AI_OUTPUT_MESSAGES] = _output_content(response)
+            span.set_attributes(ended)
             if error is not None:
                 _otel.set_error(span, type(error).__name__)
             span.end()
@@ -819,6 +896,9 @@ class ChatObservationAdvisor(Advisor):
         self.default_model = _default_model(model)
 
     def _observed(self) -> bool:
+        turn = _scope.get().turn
+        if turn is not None:  # the turn decided for its model calls
+            return turn.observed
         return _otel.tracer() is not None or _otel.meter()[1] is not None
 
     def _chat(self, request: ChatClientRequest, *, stream: bool) -> _Chat:
@@ -850,6 +930,17 @@ class ChatObservationAdvisor(Advisor):
         return _stepped(
             lambda: self._chat(request, stream=True), lambda: chain.next_stream(request)
         )
+
+
+def chat_advisors(model: Any) -> list[Advisor]:
+    """``[ChatObservationAdvisor(model)]`` when spans or metrics are recorded, else ``[]``.
+
+    For clients built per turn (governed turns, a durable run's model rounds): with nothing
+    to record, the model calls go through no extra advisor at all.
+    """
+    if _otel.tracer() is None and _otel.meter()[1] is None:
+        return []
+    return [ChatObservationAdvisor(model)]
 
 
 # -- tool calls ------------------------------------------------------------------------------------
@@ -888,7 +979,16 @@ class tool_call:
             the run's turn even when someone else's request sent the call (an approval).
     """
 
-    __slots__ = ("_attributes", "_ended", "_instruments", "_restore", "_scope", "_span", "_started")
+    __slots__ = (
+        "_attributes",
+        "_ended",
+        "_instruments",
+        "_otel_token",
+        "_scope",
+        "_scope_token",
+        "_span",
+        "_started",
+    )
 
     def __init__(
         self,
@@ -903,15 +1003,24 @@ class tool_call:
         trace_context: str = "",
     ) -> None:
         scope = _scope.get()
-        conversation = _text(conversation_id) or scope.conversation_id
-        run = _text(run_id) or scope.run_id
+        turn = scope.turn
+        conversation = scope.conversation_id if conversation_id is None else str(conversation_id)
+        run = scope.run_id if run_id is None else str(run_id)
+        self._scope = _Scope(conversation, run, call.id, call.name, turn, scope.step)
+        self._ended = False
+        self._span: Any = None
+        self._otel_token: Any = None
+        if turn is not None:  # the turn looked the providers up for its calls
+            tracer, self._instruments = turn.tracer, turn.instruments
+        else:
+            tracer, self._instruments = _otel.tracer(), _instruments()
+        if tracer is None and self._instruments is None:
+            self._attributes: dict[str, Any] | None = None  # only the log fields
+            return
         self._attributes = {
             sc.GEN_AI_TOOL_NAME: call.name,
             sc.TOOL_CALLING_EXECUTION_MODE: execution_mode,
         }
-        self._ended = False
-        self._span: Any = None
-        tracer = _otel.tracer()
         if tracer is not None:
             attributes: dict[str, Any] = {
                 sc.GEN_AI_OPERATION_NAME: sc.OPERATION_EXECUTE_TOOL,
@@ -937,21 +1046,19 @@ class tool_call:
             self._span = _otel.start_span(
                 tracer, f"{sc.OPERATION_EXECUTE_TOOL} {call.name}", "internal", attributes, parent
             )
-        self._instruments = _instruments()
-        self._scope = scope.but(
-            conversation_id=conversation, run_id=run, tool_call_id=call.id, tool_name=call.name
-        )
-        self._restore: _Restore | None = None
         self._started = time.perf_counter()
 
     def __enter__(self) -> tool_call:
-        self._restore = _Restore(self._span, self._scope)
+        self._scope_token = _scope.set(self._scope)
+        if self._span is not None:
+            self._otel_token = _otel.attach(self._span)
         return self
 
     def ended(self, result: Any) -> Any:
         """Record how the call ended (``status`` and ``outcome``); returns ``result``."""
-        ended: _Ended = result
-        self._end(ended.status, ended.outcome, time.perf_counter() - self._started)
+        if self._attributes is not None:
+            ended: _Ended = result
+            self._end(ended.status, ended.outcome, time.perf_counter() - self._started)
         return result
 
     def _end(
@@ -961,11 +1068,12 @@ class tool_call:
         seconds: float,
         error: BaseException | None = None,
     ) -> None:
-        if self._ended:
+        attributes = self._attributes
+        if self._ended or attributes is None:
             return
         self._ended = True
-        attributes = self._attributes
-        attributes[sc.TOOL_CALLING_OUTCOME] = str(status)
+        status = str(status)
+        attributes[sc.TOOL_CALLING_OUTCOME] = status
         error_type = ""
         if error is not None:
             error_type = _error_type(error)
@@ -976,9 +1084,12 @@ class tool_call:
             attributes[sc.ERROR_TYPE] = error_type
         span = self._span
         if span is not None:
-            span.set_attributes(attributes)
+            ended: dict[str, Any] = {sc.TOOL_CALLING_OUTCOME: status}
+            if error_type:
+                ended[sc.ERROR_TYPE] = error_type
             if status == "refused":
-                span.set_attribute(sc.TOOL_CALLING_REFUSAL, "governance")
+                ended[sc.TOOL_CALLING_REFUSAL] = "governance"
+            span.set_attributes(ended)
             if error_type:
                 _otel.set_error(span, error_type.rpartition(".")[2])
             if outcome is not None and content_enabled():
@@ -1009,8 +1120,9 @@ class tool_call:
             instruments.tool_calls.add(1, metric)
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
-        if self._restore is not None:
-            self._restore()
+        if self._otel_token is not None:
+            _otel.detach(self._otel_token)
+        _scope.reset(self._scope_token)
         if exc is not None:
             self._end("failed", None, time.perf_counter() - self._started, exc)
         if self._span is not None:

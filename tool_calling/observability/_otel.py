@@ -43,7 +43,27 @@ AVAILABLE = _trace is not None
 NAME = "tool_calling"
 """The instrumentation scope of tool_calling's tracer and meter."""
 
+# The API has no cheap public "is a provider configured?": get_tracer_provider() and
+# get_meter_provider() look an environment variable up on every call while none is set, which
+# costs a raised and caught KeyError (about a microsecond) each time. Providers are set once
+# per process, so the module globals the API keeps them in are read instead, and the
+# environment variable that names a provider is looked up once, here.
+_TRACE_GLOBALS: Any = _trace
+_METRICS_GLOBALS: Any = None
+_PROVIDER_FROM_ENVIRONMENT = False
+
 if _trace is not None:
+    import os as _os
+
+    from opentelemetry import environment_variables as _variables
+
+    _METRICS_GLOBALS = _metrics._internal
+    _PROVIDER_FROM_ENVIRONMENT = (
+        _variables.OTEL_PYTHON_TRACER_PROVIDER in _os.environ
+        or _variables.OTEL_PYTHON_METER_PROVIDER in _os.environ
+        or not hasattr(_trace, "_TRACER_PROVIDER")
+        or not hasattr(_METRICS_GLOBALS, "_METER_PROVIDER")
+    )
     _DISABLED_TRACING: tuple[type, ...] = (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
     # The API has no public name for the provider it returns before one is set (the tracing
     # side has ProxyTracerProvider); its class is the only way to tell "not configured".
@@ -62,7 +82,12 @@ def tracer() -> Any:
     """tool_calling's tracer from the global provider; ``None`` when none is configured."""
     if _trace is None:
         return None
-    provider = _trace.get_tracer_provider()
+    if _PROVIDER_FROM_ENVIRONMENT:
+        provider = _trace.get_tracer_provider()
+    else:
+        provider = _TRACE_GLOBALS._TRACER_PROVIDER
+        if provider is None:
+            return None
     if isinstance(provider, _DISABLED_TRACING):
         return None
     cached = _tracer_cache
@@ -77,7 +102,12 @@ def meter() -> tuple[Any, Any]:
     """``(provider, tool_calling's meter)``; ``(None, None)`` when no provider is configured."""
     if _trace is None:
         return None, None
-    provider = _metrics.get_meter_provider()
+    if _PROVIDER_FROM_ENVIRONMENT:
+        provider = _metrics.get_meter_provider()
+    else:
+        provider = _METRICS_GLOBALS._METER_PROVIDER
+        if provider is None:
+            return None, None
     if isinstance(provider, _DISABLED_METRICS):
         return None, None
     cached = _meter_cache

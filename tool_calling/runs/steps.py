@@ -196,7 +196,7 @@ def _model_round(state: _Step, last: models.Message) -> None:
         Prompt([message_from_row(last)], state.options),
         {ChatMemory.CONVERSATION_ID: str(run.conversation_id)},
     )
-    advisors = [memory_advisor(state.log), observability.ChatObservationAdvisor(model)]
+    advisors = [memory_advisor(state.log), *observability.chat_advisors(model)]
     chain = AdvisorChain(advisors, call_model, stream_model)
     response = _streamed(run.pk, rounds, chain.next_stream(request))
     generation = response.result if response is not None else None
