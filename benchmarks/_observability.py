@@ -196,6 +196,80 @@ def count_instructions(bench: str, mode: str, key: str, n: int) -> None:
     collections.deque(map(once, range(n)), maxlen=0)
 
 
+def count_governed(n: int) -> None:
+    """Run ``n`` governed, stored turns (SQLite in memory): what the overhead compares with."""
+    import collections
+    import itertools
+
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    # benchmarks/celery.py would shadow Celery for the example project the settings import.
+    sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from tool_calling import (
+        AssistantMessage,
+        ChatModel,
+        ChatResponse,
+        Generation,
+        ToolCall,
+        models,
+        tool,
+    )
+    from tool_calling.governance import governed_chat_client
+    from tool_calling.registry import registry
+    from tool_calling.sync import sync_tools
+
+    call_command("migrate", verbosity=0)
+
+    @tool
+    def bench_weather(city: str) -> str:
+        """Return the weather in a city."""
+        return f"Sunny in {city}"
+
+    registry.register(bench_weather, source="benchmarks")
+    sync_tools()
+    asked = ToolCall("call_1", "bench_weather", '{"city":"Oslo"}')
+    answers = (
+        ChatResponse([Generation(AssistantMessage(None, [asked]), finish_reason="tool_calls")]),
+        ChatResponse([Generation(AssistantMessage("Sunny"), finish_reason="stop")]),
+    )
+
+    class Instant(ChatModel):
+        def __init__(self) -> None:
+            self._next = itertools.cycle(answers).__next__
+
+        def call(self, prompt: Any) -> ChatResponse:
+            return self._next()
+
+    model = Instant()
+    conversation = models.Conversation.objects.create(title="benchmark")
+
+    def once(_: int) -> Any:
+        client = governed_chat_client(conversation=conversation, model=model)
+        return client.prompt("Weather in Oslo?").call().content()
+
+    for _ in range(50):
+        once(0)
+    collections.deque(map(once, range(n)), maxlen=0)
+
+
+def _callgrind(arguments: list[str], n: int) -> float | None:
+    result = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=map_next",
+         "--callgrind-out-file=/dev/null", sys.executable, __file__, *arguments, "-n", str(n)],
+        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+    )  # fmt: skip
+    found = [line for line in result.stderr.splitlines() if "Collected" in line]
+    if result.returncode != 0 or not found:
+        print(result.stdout + result.stderr, file=sys.stderr)
+        return None
+    return int(found[-1].split()[-1]) / n
+
+
 def instructions(bench: str, n: int) -> int:
     """Instructions per turn (or call), counted by valgrind's callgrind: noise-free.
 
@@ -210,23 +284,23 @@ def instructions(bench: str, n: int) -> int:
     for mode in MODES:
         counts = {}
         for key in ("baseline", "observed"):
-            result = subprocess.run(
-                ["valgrind", "--tool=callgrind", "--collect-atstart=no",
-                 "--toggle-collect=map_next", "--callgrind-out-file=/dev/null",
-                 sys.executable, __file__, bench, "--count", key, "--mode", mode, "-n", str(n)],
-                capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": str(HERE.parent)},
-            )  # fmt: skip
-            found = [line for line in result.stderr.splitlines() if "Collected" in line]
-            if result.returncode != 0 or not found:
-                print(result.stdout + result.stderr, file=sys.stderr)
-                return result.returncode or 1
-            counts[key] = int(found[-1].split()[-1]) / n
+            count = _callgrind([bench, "--count", key, "--mode", mode], n)
+            if count is None:
+                return 1
+            counts[key] = count
         base, observed = counts["baseline"], counts["observed"]
         over = observed - base
         per_span = f"{over / spans:,.0f}" if mode.startswith("sdk") else ""
         print(f"| {mode} | {base:,.0f} | {observed:,.0f} | {over:+,.0f} | "
               f"{over / base * 100:+.1f}% | {per_span} |")  # fmt: skip
+        if mode == "api":
+            unrecorded = over
+    governed = _callgrind([bench, "--governed"], max(20, n // 10))
+    if governed is None:
+        return 1
+    print(f"\nA governed, stored turn (SQLite in memory, `governed_chat_client`, one tool round): "
+          f"{governed:,.0f} instructions; the overhead without an SDK above is "
+          f"{unrecorded / governed * 100:.2f}% of it.")  # fmt: skip
     return 0
 
 
@@ -291,8 +365,12 @@ def main(argv: list[str] | None = None) -> int:
         help="count instructions with valgrind's callgrind instead of timing (noise-free)",
     )
     parser.add_argument("--count", metavar="PATH", help=argparse.SUPPRESS)
+    parser.add_argument("--governed", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-n", type=int, default=1000, help="evaluations counted per path")
     args = parser.parse_args(argv)
+    if args.governed:
+        count_governed(args.n)
+        return 0
     if args.count:
         count_instructions(args.bench, args.mode, args.count, args.n)
         return 0
