@@ -369,6 +369,38 @@ def our_paths(many: list[Any]) -> list[Path_]:
     ]
 
 
+# -- observability (issue 14): begin --------------------------------------------------------
+
+
+def observability_paths() -> list[Path_]:
+    """One call through execute_tool_calls, without and with its ``execute_tool`` span.
+
+    The observed manager wraps each call as the governed manager does
+    (``observability.tool_call``); benchmarks/_observability.py times both in one process per
+    OpenTelemetry setup (none installed, API only, SDK).
+    """
+    from _observability import observed_manager, plain_manager
+
+    callbacks = tool_callbacks(tool(add))
+    prompt = Prompt("What is 17 + 25?", ToolCallingChatOptions(tool_callbacks=callbacks))
+    one_add = _chat_response([("add", ADD_JSON)])
+    plain, observed = plain_manager(), observed_manager()
+    for manager in (plain, observed):
+        last = manager.execute_tool_calls(prompt, one_add).conversation_history[-1]
+        _check("observability add", last.responses[0].response_data, "42")
+    ns = {"prompt": prompt, "one_add": one_add, "plain": plain, "observed": observed}
+    return [
+        Path_("baseline", "ours: execute_tool_calls, 1 call add(a, b), a wrapping manager",
+              "ours", "add", 1,
+              "plain.execute_tool_calls(prompt, one_add)", ns),
+        Path_("observed", "the same inside an execute_tool span (observability.tool_call)",
+              "ours", "add", 1, "observed.execute_tool_calls(prompt, one_add)", ns),
+    ]  # fmt: skip
+
+
+# -- observability (issue 14): end ----------------------------------------------------------
+
+
 def baseline_paths() -> list[Path_]:
     order = Order(**ORDER_FIELDS)
     ns = {
@@ -962,10 +994,22 @@ def main(argv: list[str] | None = None) -> int:
         "a few minutes): the same on a busy machine as on an idle one",
     )
     parser.add_argument("--instructions-child", metavar="PATH", help=argparse.SUPPRESS)
+    # -- observability (issue 14): begin ----------------------------------------------------
+    parser.add_argument(
+        "--observability",
+        action="store_true",
+        help="only the cost of tool_calling.observability, per OpenTelemetry setup",
+    )
     args = parser.parse_args(argv)
     if args.instructions_child:
         _instruction_child(args.instructions_child)
         return 0
+    if args.observability:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _observability import table
+
+        return table("dispatch", repeats=max(args.repeats, 15), min_time=args.min_time)
+    # -- observability (issue 14): end ------------------------------------------------------
 
     started = time.perf_counter()
     # Definitions first, so "first time" is the first time this process decorates these tools.

@@ -348,6 +348,44 @@ def agents_paths() -> list[Turn]:
     ]  # fmt: skip
 
 
+# -- observability (issue 14): begin --------------------------------------------------------
+
+
+def observability_paths() -> list[Turn]:
+    """Ours, client built once, without and with what governed turns add for observability.
+
+    The observed client has the two advisors of ``governed_chat_client`` and runs its tool
+    call inside the ``execute_tool`` span the governed manager opens. benchmarks/_observability.py
+    times both in one process per OpenTelemetry setup (none installed, API only, SDK).
+    """
+    from _observability import observed_advisors, observed_manager, plain_manager
+
+    plain = (
+        ChatClient.builder(InstantChatModel())
+        .default_tools(get_weather)
+        .tool_calling_manager(plain_manager())
+        .build()
+    )
+    model = InstantChatModel()
+    observed = (
+        ChatClient.builder(model)
+        .default_tools(get_weather)
+        .tool_calling_manager(observed_manager())
+        .default_advisors(*observed_advisors(model))
+        .build()
+    )
+    stmt = "client.prompt(Q).call().content()"
+    return [
+        Turn("baseline", "ours: client built once (a wrapping manager), .call().content()", "ours",
+             "sync", 1, stmt, {"client": plain, "Q": QUESTION}, expect=ANSWER),
+        Turn("observed", "the same with the turn and chat advisors and an execute_tool span",
+             "ours", "sync", 1, stmt, {"client": observed, "Q": QUESTION}, expect=ANSWER),
+    ]  # fmt: skip
+
+
+# -- observability (issue 14): end ----------------------------------------------------------
+
+
 # -- report ---------------------------------------------------------------------------------
 
 VERSIONS = ("pydantic", "openai-agents", "pydantic-ai-slim", "openai")
@@ -387,7 +425,18 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="also cProfile our turn and print the top functions"
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    # -- observability (issue 14): begin ----------------------------------------------------
+    parser.add_argument(
+        "--observability",
+        action="store_true",
+        help="only the cost of tool_calling.observability, per OpenTelemetry setup",
+    )
     args = parser.parse_args(argv)
+    if args.observability:
+        from _observability import table
+
+        return table("turn", repeats=max(args.repeats, 15), min_time=args.min_time)
+    # -- observability (issue 14): end ------------------------------------------------------
 
     started = time.perf_counter()
     paths = our_paths() + pydantic_ai_paths() + agents_paths()

@@ -28,6 +28,9 @@ TEST_TOOLS = {
     "ruff",
     "mypy",
     "django-stubs",
+    # The observability tests' OpenTelemetry (the API is also a dependency of mcp).
+    "opentelemetry-api",
+    "opentelemetry-sdk",
 }
 
 

@@ -26,6 +26,8 @@ class SimpleToolCallingConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from tool_calling import checks as tool_calling_checks
+        from tool_calling import observability
+        from tool_calling.calls import approvals
         from tool_calling.conf import django_core_settings
         from tool_calling.core._settings import set_core_settings_provider
         from tool_calling.runs import receivers
@@ -37,9 +39,17 @@ class SimpleToolCallingConfig(AppConfig):
         post_migrate.connect(post_migrate_sync, sender=self, dispatch_uid="tool_calling_sync")
         # Durable runs advance when their calls end (the calls only send signals).
         receivers.connect()
+        # Approval metrics (decisions, the gauges of waiting calls) when a meter is configured.
+        observability.connect(approvals_waiting=approvals.waiting)
         if importlib.util.find_spec("celery") is not None:
+            from celery.signals import task_postrun, task_prerun
+
             # Registers the tasks with every Celery app, so calls.dispatch finds them by name.
             from tool_calling import tasks  # noqa: F401
+
+            # A task continues the trace its sender put in its headers (one trace per turn).
+            task_prerun.connect(observability.task_prerun, dispatch_uid="tool_calling_trace_in")
+            task_postrun.connect(observability.task_postrun, dispatch_uid="tool_calling_trace_out")
 
 
 class ToolCallingConfig(SimpleToolCallingConfig):

@@ -37,6 +37,8 @@ tool_calling.W001   A Redis broker without ``socket_timeout`` in
                     ``CELERY_BROKER_TRANSPORT_OPTIONS``: a worker's connection (and Celery's own
                     publishes) would wait forever on a stalled Redis (S9). tool_calling's own
                     publishes are bounded by ``EXECUTION["BROKER_TIMEOUT"]`` either way.
+tool_calling.W002   ``OBSERVATIONS_INCLUDE_CONTENT`` is on: tool arguments and results and the
+                    messages of model calls go on OpenTelemetry spans (S12).
 =================== =======================================================================
 """
 
@@ -114,7 +116,22 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _check_augmentation(values["ARGUMENT_AUGMENTATION"])
     errors += _check_mcp(values["MCP"])
     errors += _check_broker_socket_timeout()
+    errors += _check_content(values["OBSERVATIONS_INCLUDE_CONTENT"])
     return errors
+
+
+def _check_content(include_content: object) -> list[CheckMessage]:
+    if include_content is not True:
+        return []  # a value that is not a flag is reported as E008
+    return [
+        Warning(
+            f"'{_path('OBSERVATIONS_INCLUDE_CONTENT')}' is on: tool arguments and results and "
+            "the messages of model calls are recorded on OpenTelemetry spans.",
+            hint="Spans then hold what users and tools send, redacted only by AUDIT_REDACTOR; "
+            "turn it off in production unless your traces are as protected as your database.",
+            id="tool_calling.W002",
+        )
+    ]
 
 
 def _path(*keys: object) -> str:

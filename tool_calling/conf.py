@@ -207,6 +207,11 @@ DEFAULTS: dict[str, Any] = {
     # applied to a call's "arguments", "result" and "error" before they are stored in the
     # audit, then cut to AUDIT_MAX_CHARS (mask secrets there). None = store them as they are.
     "AUDIT_REDACTOR": None,
+    # --- Observability (tool_calling.observability) -----------------------------------------
+    # spring.ai.tools.observations.include-content: put tool arguments and results and the
+    # messages of model calls on OpenTelemetry spans, redacted by AUDIT_REDACTOR and cut to
+    # AUDIT_MAX_CHARS (a warning is logged when on). Off: names, ids, outcomes, token counts.
+    "OBSERVATIONS_INCLUDE_CONTENT": False,
     # --- HTTP API (tool_calling.api) --------------------------------------------------------
     "API": {
         # Dotted paths of the DRF permission classes every view of tool_calling.api requires

@@ -22,7 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
 from django.utils.module_loading import import_string
 
-from tool_calling import models
+from tool_calling import models, observability
 from tool_calling.augmentation import augmented, split_call
 from tool_calling.calls import lifecycle
 from tool_calling.calls.executors import CeleryToolExecutor, RoutingToolCallExecutor, execution_mode
@@ -154,8 +154,20 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             row = models.Tool.objects.filter(name=name).first()
         return row
 
+    def _observed(self, callback: ToolCallback) -> dict[str, Any]:
+        """What the ``execute_tool`` span of an in-process call carries besides the call."""
+        return {
+            "execution_mode": observability.INLINE,
+            "description": callback.definition.description,
+            "conversation_id": self.conversation_id,
+            "run_id": self.run_id,
+        }
+
     def on_limit_exceeded(self, tool_call: ToolCall, response_text: str) -> None:
         """Audit a call refused by a call limit as refused (it never ran)."""
+        observability.limit_refused(
+            tool_call, response_text, conversation_id=self.conversation_id, run_id=self.run_id
+        )
         self.on_unavailable_tool(tool_call, response_text)
 
     def on_unavailable_tool(self, tool_call: ToolCall, response_text: str) -> None:
@@ -219,16 +231,22 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             return base(runs, own_call, tool_context)
 
         def attempt(count_quota: bool, on_start: Any) -> CallOutcome:
-            return run_governed_call(
-                name,
-                self.user,
-                run,
-                on_start=on_start,
-                callback=runs,
-                arguments=own_call.arguments,
-                context=tool_context,
-                count_quota=count_quota,
-            )
+            # One execute_tool span per attempt, with the attempt's number (a retry's too).
+            number = refs[-1].attempt if refs and on_start is None else 1
+            observed_as = self._observed(runs)
+            with observability.tool_call(own_call, attempt=number, **observed_as) as observed:
+                return observed.ended(
+                    run_governed_call(
+                        name,
+                        self.user,
+                        run,
+                        on_start=on_start,
+                        callback=runs,
+                        arguments=own_call.arguments,
+                        context=tool_context,
+                        count_quota=count_quota,
+                    )
+                )
 
         result = attempt(True, start)
         if not refs:  # refused before it started
@@ -509,8 +527,9 @@ def governed_chat_client(
         tool_registry=tool_registry,
         log=log,
     )
+    model = model or chat_model()
     builder: ChatClientBuilder = (
-        ChatClient.builder(model or chat_model())
+        ChatClient.builder(model)
         .default_tools(turn.callbacks)
         .default_tool_context(turn.tool_context)
         .tool_calling_manager(turn.manager)
@@ -522,6 +541,11 @@ def governed_chat_client(
         if conversation_id is not None:
             # Tool search keeps its finds under the request's conversation id.
             builder.default_conversation_id(str(conversation_id))
+    # The turn's span outermost, a span per model call inside the tool loop (next to the model).
+    builder.default_advisors(
+        observability.TurnObservationAdvisor(model, conversation_id=conversation_id),
+        *observability.chat_advisors(model),
+    )
     if log is not None:
         # Inside the tool loop: every step is stored as it happens, not only the final answer.
         builder.default_advisors(

@@ -816,6 +816,16 @@ class Run(models.Model):
         help_text=_("The calls of the waited-for message: which run, which were answered."),
     )
     turn_token = models.CharField(_("conversation claim"), max_length=64, blank=True)
+    trace_context = models.CharField(
+        _("trace context"),
+        max_length=128,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The W3C traceparent of the turn's span (OpenTelemetry): every step of the run "
+            "joins that trace, however late it runs."
+        ),
+    )
     cancel_requested = models.BooleanField(_("cancel requested"), default=False)
     event_count = models.PositiveIntegerField(_("events"), default=0, editable=False)
     created_at = models.DateTimeField(_("created"), auto_now_add=True)

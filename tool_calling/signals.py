@@ -1,4 +1,4 @@
-"""Django signals of tool_calling: what happened to tool calls and approvals, for any receiver.
+"""Django signals of tool_calling: what happened to tool calls, turns and approvals, for anyone.
 
 Every signal is sent once the transaction that made the change committed (``send_on_commit``),
 in the process that made it, so receivers see the stored rows; a receiver that raises is logged
@@ -15,6 +15,13 @@ about runs.
     A call ended in a terminal state (succeeded, failed, refused, timed out, outcome unknown,
     denied). Sent with ``execution_id``, ``run_id``, ``assistant_message_id``,
     ``tool_call_id``, ``tool_name``, ``status``, ``is_error``, ``duration_ms`` and ``attempt``.
+
+``turn_finished``
+    A turn ended: a durable run (succeeded, failed or cancelled; sender ``Run``) or a governed
+    turn in-process (sender ``ChatClient``, from ``governed_chat_client``). Sent with
+    ``conversation_id``, ``run_id`` (``None`` in-process), ``status`` (``"succeeded"``,
+    ``"failed"``, ``"cancelled"``), ``finish_reason`` and ``error`` (blank unless it failed:
+    the run's error text, or the type of the exception an in-process turn raised).
 
 ``approval_requested``
     A call of a tool that requires approval is waiting for a person. Sent with
@@ -50,6 +57,7 @@ __all__ = [
     "send_on_commit",
     "tool_call_finished",
     "tool_call_started",
+    "turn_finished",
 ]
 
 logger = logging.getLogger("tool_calling.signals")
@@ -61,6 +69,9 @@ tool_call_started = Signal()
 tool_call_finished = Signal()
 """A call ended: ``execution_id``, ``run_id``, ``assistant_message_id``, ``tool_call_id``,
 ``tool_name``, ``status``, ``is_error``, ``duration_ms``, ``attempt``."""
+
+turn_finished = Signal()
+"""A turn ended: ``conversation_id``, ``run_id``, ``status``, ``finish_reason``, ``error``."""
 
 approval_requested = Signal()
 """A call waits for a person's approval: ``execution``, ``run``."""
@@ -82,6 +93,6 @@ def send_robust(signal: Signal, sender: Any, **kwargs: Any) -> None:
 
 def send_on_commit(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` once the current transaction commits; receivers' errors are logged."""
-    if not signal.has_listeners(sender):
+    if not signal.receivers or not signal.has_listeners(sender):  # the first test is cheaper
         return
     transaction.on_commit(lambda: send_robust(signal, sender, **kwargs))

@@ -11,8 +11,9 @@ from tool_calling.conf import DEFAULTS
 ACCEPTED_KEYS = (
     "API, APPROVALS, ARGUMENT_AUGMENTATION, AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, "
     "CONVERSATION_TURN_TIMEOUT, EXCEPTION_PROCESSOR, EXECUTION, LIMITS, MAX_RESULT_CHARS, MCP, "
-    "MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, "
-    "THROW_EXCEPTION_ON_ERROR, TOOL_CALLING_ADVISOR_AUTO_REGISTER, TOOL_SEARCH"
+    "MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, OBSERVATIONS_INCLUDE_CONTENT, "
+    "RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
+    "TOOL_CALLING_ADVISOR_AUTO_REGISTER, TOOL_SEARCH"
 )
 REDACTOR = """TOOL_CALLING["AUDIT_REDACTOR"]"""
 
@@ -503,11 +504,29 @@ def test_e008_applies_to_every_flag():
         "RESOLUTION_FALLBACK_ENABLED",
         "TOOL_CALLING_ADVISOR_AUTO_REGISTER",
         "NEW_TOOLS_ENABLED",
+        "OBSERVATIONS_INCLUDE_CONTENT",
     ]
     errors = run(dict.fromkeys(flags, "yes"))
     assert [(error.id, error.msg) for error in errors] == [
         ("tool_calling.E008", f"""The value of 'TOOL_CALLING["{flag}"]' must be True or False.""")
         for flag in sorted(flags, key=list(DEFAULTS).index)
+    ]
+
+
+# --- W002: content on spans ----------------------------------------------------------------
+
+
+def test_w002_warns_when_content_goes_on_spans():
+    """S12: arguments, results and messages on spans is a choice the operator sees at startup."""
+    assert run({"OBSERVATIONS_INCLUDE_CONTENT": False}) == []
+    assert run({"OBSERVATIONS_INCLUDE_CONTENT": True}) == [
+        Warning(
+            """'TOOL_CALLING["OBSERVATIONS_INCLUDE_CONTENT"]' is on: tool arguments and results """
+            "and the messages of model calls are recorded on OpenTelemetry spans.",
+            hint="Spans then hold what users and tools send, redacted only by AUDIT_REDACTOR; "
+            "turn it off in production unless your traces are as protected as your database.",
+            id="tool_calling.W002",
+        )
     ]
 
 

@@ -83,9 +83,8 @@ def test_documented_defaults():
         "ALLOWED_HOSTS": ["127.0.0.1", "localhost", "[::1]"],
         "ALLOWED_ORIGINS": None,
     }
-    # Keys of features not built yet are not settings (STYLE rule 28).
-    for unbuilt in ("OBSERVATIONS_INCLUDE_CONTENT",):
-        assert unbuilt not in DEFAULTS
+    # spring.ai.tools.observations.include-content: content stays off spans by default (S12).
+    assert DEFAULTS["OBSERVATIONS_INCLUDE_CONTENT"] is False
     assert DEFAULTS["TOOL_SEARCH"] == {
         "ENABLED": False,
         "INDEX": "tool_calling.core.search.lexical.LexicalToolIndex",

@@ -28,7 +28,10 @@ def tools():
 def in_process(scenario: Scenario, user: User) -> dict:
     conversation = models.Conversation.objects.create(owner=user)
     model = ScriptedChatModel(list(scenario.steps))
-    with override_settings(TOOL_CALLING=tool_calling_settings(EXECUTION={"MODE": "inline"})):
+    # One call at a time: the test database is SQLite in memory with a shared cache, where two
+    # threads writing at once get "database table is locked" at once (no busy timeout applies).
+    execution = {"MODE": "inline", "MAX_CONCURRENT_CALLS": 1}
+    with override_settings(TOOL_CALLING=tool_calling_settings(EXECUTION=execution)):
         client = governed_chat_client(user=user, conversation=conversation, model=model)
         response = client.prompt("Go").call().chat_response()
     generation = response.result

@@ -29,7 +29,7 @@ import logging
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from tool_calling import models, signals
@@ -53,6 +53,7 @@ __all__ = [
     "expire_approvals",
     "pending_approvals",
     "reviewable",
+    "waiting",
 ]
 
 logger = logging.getLogger("tool_calling.approvals")
@@ -114,6 +115,17 @@ def pending_approvals() -> Any:
     return models.ToolExecution.objects.filter(
         status=models.ExecutionStatus.AWAITING_APPROVAL
     ).order_by("created_at", "pk")
+
+
+def waiting() -> tuple[int, float]:
+    """How many calls wait for a decision now, and how many seconds the oldest has waited.
+
+    Read by the approval gauges of ``tool_calling.observability`` (one aggregate query).
+    """
+    found = pending_approvals().order_by().aggregate(count=Count("pk"), oldest=Min("created_at"))
+    oldest = found["oldest"]
+    age = (timezone.now() - oldest).total_seconds() if oldest is not None else 0.0
+    return int(found["count"]), max(0.0, age)
 
 
 def denial_text(name: str, reason: str, *, expired: bool = False) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 from django.db import transaction
 
+from tool_calling import observability
 from tool_calling.calls import lifecycle
 from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
@@ -203,6 +204,7 @@ def dispatch(call: Dispatch) -> bool:
             soft_time_limit=timeout,
             time_limit=hard_time_limit(timeout),
             **options,
+            **observability.task_options(),  # the sender's trace, in the task's headers
         )
     except Exception:
         logger.exception(
@@ -224,4 +226,9 @@ def dispatch_on_commit(call: Dispatch) -> None:
 
 def send_run_step(run_id: object) -> None:
     """Send a step of durable run ``run_id``, bounded (raises what the broker raised)."""
-    publish(RUN_STEP, [str(run_id)], queue=str(app_settings.EXECUTION["QUEUE"]))
+    publish(
+        RUN_STEP,
+        [str(run_id)],
+        queue=str(app_settings.EXECUTION["QUEUE"]),
+        **observability.task_options(),  # the sender's trace, in the task's headers
+    )

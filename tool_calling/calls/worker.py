@@ -14,9 +14,10 @@ import socket
 from typing import Any
 
 from django.db import close_old_connections
+from django.db.models import F
 from django.utils import timezone
 
-from tool_calling import _notify, models
+from tool_calling import _notify, models, observability
 from tool_calling._lease import Heartbeat
 from tool_calling.calls import lifecycle
 from tool_calling.calls.approvals import approved_as_recorded
@@ -25,8 +26,10 @@ from tool_calling.calls.failures import is_unexpected, new_error_id
 from tool_calling.calls.retries import RetryPolicy, is_transient
 from tool_calling.calls.running import CallOutcome, run_governed_call
 from tool_calling.conf import settings as app_settings
+from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.context import ToolContext
+from tool_calling.registry import registry
 from tool_calling.resolvers import CallRules, call_rules_of_call, installed_callback
 
 __all__ = [
@@ -72,10 +75,11 @@ def _claim(
     """:func:`claim`, with the row as read for the claim (what the call runs with)."""
     for _ in range(3):  # read again when another claimant changed the row in between
         # The call and its user, with the re-check of its tool's rules for that user at call
-        # time (S2), in one query.
+        # time (S2) and the run's trace (issue 14: its calls join it, whoever's request sent
+        # them), in one query.
         row = (
             models.ToolExecution.objects.select_related("user")
-            .annotate(rules=call_rules_of_call())
+            .annotate(rules=call_rules_of_call(), run_trace_context=F("run__trace_context"))
             .filter(pk=execution_id)
             .first()
         )
@@ -161,6 +165,21 @@ def _run(
     return result
 
 
+def _observed(row: models.ToolExecution, ref: lifecycle.CallRef) -> observability.tool_call:
+    """The ``execute_tool`` span of the call on this worker (the sender's trace continues)."""
+    callback = registry.get(row.tool_name)  # no query; an MCP tool's span goes without one
+    return observability.tool_call(
+        ToolCall(row.tool_call_id, row.tool_name, (row.payload or {}).get("arguments") or "{}"),
+        execution_mode=observability.CELERY,
+        attempt=ref.attempt,
+        description=callback.definition.description if callback is not None else "",
+        approval=row.approval,
+        conversation_id=row.conversation_id,
+        run_id=row.run_id,
+        trace_context=getattr(row, "run_trace_context", None) or "",
+    )
+
+
 def execute(
     execution_id: int,
     *,
@@ -188,7 +207,8 @@ def execute(
     beat = heartbeat(claimed)
     beat.start()
     try:
-        result = _run(claimed, row, soft_timeout)
+        with _observed(row, claimed) as observed:
+            result = observed.ended(_run(claimed, row, soft_timeout))
     finally:
         beat.stop()
     cause = result.outcome.cause

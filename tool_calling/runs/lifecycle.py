@@ -30,7 +30,7 @@ from django.db import transaction
 from django.db.models import Case, Exists, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
-from tool_calling import models
+from tool_calling import models, signals
 from tool_calling._lease import Heartbeat
 from tool_calling.calls.approvals import deny_pending_for_run
 from tool_calling.calls.dispatch import send_run_step
@@ -220,16 +220,35 @@ def publish(run_id: uuid.UUID) -> bool:
             .update(status=_to("fail"), error=text, finished_at=timezone.now())
         )
         if failed:
-            _release(run_id)
+            conversation_id = _release(run_id)
             events.append(run_id, "failed", {"error": text})
+            _announce(run_id, conversation_id, R.FAILED, "", text)
         return False
     return True
 
 
-def _release(run_id: uuid.UUID) -> None:
+def _release(run_id: uuid.UUID) -> Any:
+    """Let the run's conversation go; return the conversation's id."""
     row = models.Run.objects.filter(pk=run_id).values("conversation_id", "turn_token").first()
-    if row is not None:
-        release_conversation(row["conversation_id"], row["turn_token"])
+    if row is None:
+        return None
+    release_conversation(row["conversation_id"], row["turn_token"])
+    return row["conversation_id"]
+
+
+def _announce(
+    run_id: uuid.UUID, conversation_id: Any, status: str, finish_reason: str, error: str
+) -> None:
+    """Send ``turn_finished`` once the ending commits (receivers see the ended run)."""
+    signals.send_on_commit(
+        signals.turn_finished,
+        models.Run,
+        conversation_id=conversation_id,
+        run_id=run_id,
+        status=str(status),
+        finish_reason=finish_reason,
+        error=error,
+    )
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -291,12 +310,14 @@ def finish(
             # Free before the ending is visible: a client that reads it may send the next turn.
             if claim is not None:
                 release_conversation(*claim)
+                conversation_id = claim[0]
             else:
-                _release(run_id)
+                conversation_id = _release(run_id)
             data: dict[str, Any] = {"error": error} if error else {}
             if answer is not None:
                 data["answer"] = answer
             events.append(run_id, str(status), data)
+            _announce(run_id, conversation_id, status, finish_reason or "", error)
     return bool(ended)
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from django.db import transaction
 
-from tool_calling import models, signals
+from tool_calling import models, observability, signals
 from tool_calling.augmentation import split_call
 from tool_calling.calls import lifecycle as calls
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
@@ -109,7 +109,8 @@ def advance_run(run_id: uuid.UUID | str) -> None:
     heartbeat = lifecycle.step_heartbeat(run_id, step)
     heartbeat.start()
     try:
-        _advance(run_id, step)
+        with observability.run_step(run_id, step):
+            _advance(run_id, step)
     except Exception as exc:
         logger.exception("Step %s of run %s failed", step, run_id)
         lifecycle.finish(
@@ -139,6 +140,8 @@ def _advance(run_id: uuid.UUID, step: int) -> None:
             # The tools and the turn's messages are read once a step; what the step stores is
             # added as it goes (the run holds the conversation: nobody else writes to it).
             state = _state(run, step)
+            # One trace per turn: join the turn's span (the first step opens and stores it).
+            observability.resume_turn(run.trace_context, run.conversation_id, _saver(run_id))
         else:
             state.run = run
             state.messages.extend(state.log.take_stored())
@@ -156,6 +159,12 @@ def _advance(run_id: uuid.UUID, step: int) -> None:
                 return
         else:
             raise ToolCallingError(f"Run {run_id}: cannot continue after a {last.role} message")
+
+
+def _saver(run_id: uuid.UUID) -> Any:
+    return lambda text: models.Run.objects.filter(pk=run_id, trace_context="").update(
+        trace_context=text
+    )
 
 
 def _state(run: models.Run, step: int) -> _Step:
@@ -231,7 +240,8 @@ def _model_round(state: _Step, last: models.Message) -> None:
         Prompt([message_from_row(last)], state.offered),
         {ChatMemory.CONVERSATION_ID: str(run.conversation_id)},
     )
-    chain = AdvisorChain([memory_advisor(state.log)], call_model, stream_model)
+    advisors = [memory_advisor(state.log), *observability.chat_advisors(model)]
+    chain = AdvisorChain(advisors, call_model, stream_model)
     response = _streamed(run.pk, rounds, chain.next_stream(request))
     generation = response.result if response is not None else None
     stored = state.log.last_sequence
