@@ -40,7 +40,7 @@ from tool_calling import (
 from tool_calling.calls import approvals
 from tool_calling.core.mcp import McpConnection, McpToolCallbackProvider, StreamableHttpTransport
 from tool_calling.governance import governed_chat_client
-from tool_calling.observability import semconv
+from tool_calling.observability import _content, semconv
 from tool_calling.registry import registry
 from tool_calling.runs import lifecycle
 from tool_calling.sync import sync_tools
@@ -725,7 +725,7 @@ def test_s12_with_content_on_the_sentinel_appears_only_where_documented(
     alice, otel, captured, openai_logger_at_info
 ):
     with override_settings(TOOL_CALLING=tool_calling_settings(OBSERVATIONS_INCLUDE_CONTENT=True)):
-        observability._warned[0] = False
+        _content._warned[0] = False
         _secret_turn(alice, conversation_for(alice))
 
     holding = sorted(
