@@ -5,7 +5,7 @@ The Django glue is layered::
     entry points (api/, admin/, management/, contrib/, asgi)
       -> tasks -> runs/ -> governance -> calls/
       -> conversations, search, augmentation -> resolvers, repositories, audit -> models
-      -> conf, signals, registry, _notify, _lease, observability -> exceptions -> core/
+      -> conf, signals, registry, _notify, _lease, _prepared, observability -> exceptions -> core/
 
 A module imports only its own layer or lower ones, no import runs in a circle, and no import of
 a tool_calling module hides in a function body (``AppConfig.ready()`` aside, which registers
@@ -33,6 +33,7 @@ LAYERS = [
     ("tool_calling.signals", 2),
     ("tool_calling._notify", 2),
     ("tool_calling._lease", 2),
+    ("tool_calling._prepared", 2),
     ("tool_calling.observability", 2),
     # Inside observability, one way: names and the SDK adapter, the scope, content and metrics,
     # then the observations (model calls, tool calls, the turn, a run's steps).

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from tool_calling import _notify, models, observability
 from tool_calling._lease import Heartbeat
+from tool_calling._prepared import PreparedQuery
 from tool_calling.calls import lifecycle
 from tool_calling.calls.approvals import approved_as_recorded
 from tool_calling.calls.dispatch import Dispatch, dispatch
@@ -57,6 +58,18 @@ def timeout_text(name: str, timeout: int | None) -> str:
     return f"Tool {name!r} timed out after {timeout or app_settings.EXECUTION['TIMEOUT']} s."
 
 
+_CALL = PreparedQuery(
+    lambda execution_id: (
+        models.ToolExecution.objects.select_related("user")
+        .annotate(rules=call_rules_of_call(), run_trace_context=F("run__trace_context"))
+        .filter(pk=execution_id)
+    )
+)
+"""The call and its user, with the re-check of its tool's rules for that user at call time (S2)
+and the run's trace (issue 14: its calls join it, whoever's request sent them), in one query,
+compiled once (building it took ten times longer than running it)."""
+
+
 def claim(execution_id: int, *, task_id: str, worker: str) -> lifecycle.CallRef | None:
     """Claim the call for one attempt, atomically; ``None`` if this delivery must not run it.
 
@@ -74,15 +87,7 @@ def _claim(
 ) -> tuple[lifecycle.CallRef, models.ToolExecution] | None:
     """:func:`claim`, with the row as read for the claim (what the call runs with)."""
     for _ in range(3):  # read again when another claimant changed the row in between
-        # The call and its user, with the re-check of its tool's rules for that user at call
-        # time (S2) and the run's trace (issue 14: its calls join it, whoever's request sent
-        # them), in one query.
-        row = (
-            models.ToolExecution.objects.select_related("user")
-            .annotate(rules=call_rules_of_call(), run_trace_context=F("run__trace_context"))
-            .filter(pk=execution_id)
-            .first()
-        )
+        row: models.ToolExecution | None = _CALL.first(execution_id)  # type: ignore[assignment]
         if row is None:
             logger.warning("Tool call %s does not exist (deleted?); nothing to run", execution_id)
             return None

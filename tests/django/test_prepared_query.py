@@ -1,0 +1,118 @@
+"""The worker's read of a call, compiled once, finds what the ORM's queryset finds."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.db.models import F
+
+from tool_calling import models
+from tool_calling._prepared import PreparedQuery
+from tool_calling.calls import worker
+from tool_calling.resolvers import call_rules_of_call
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def orm_read(execution_id: int) -> models.ToolExecution | None:
+    """The same read, built and compiled by the ORM on every call."""
+    return (
+        models.ToolExecution.objects.select_related("user")
+        .annotate(rules=call_rules_of_call(), run_trace_context=F("run__trace_context"))
+        .filter(pk=execution_id)
+        .first()
+    )
+
+
+def as_seen(row: models.ToolExecution | None) -> object:
+    if row is None:
+        return None
+    fields = {field.attname: getattr(row, field.attname) for field in row._meta.concrete_fields}
+    user = row.user
+    return (
+        fields,
+        row.rules,
+        row.run_trace_context,
+        None if user is None else (user.pk, user.username, user.is_superuser),
+        row._state.adding,
+        row._state.db,
+    )
+
+
+@pytest.fixture
+def calls():
+    alice = User.objects.create_user("alice")
+    staff = Group.objects.create(name="staff")
+    open_tool = models.Tool.objects.create(name="t_open", retries=2, idempotent=True)
+    closed = models.Tool.objects.create(name="t_staff_only")
+    closed.allowed_groups.add(staff)
+    models.Tool.objects.create(name="t_disabled", enabled=False)
+    conversation = models.Conversation.objects.create(owner=alice)
+    run = models.Run.objects.create(
+        conversation=conversation,
+        user=alice,
+        trace_context="00-" + "ab" * 16 + "-" + "cd" * 8 + "-01",
+    )
+    made = []
+    for number, (tool, user, with_run) in enumerate(
+        [
+            (open_tool, alice, True),
+            (open_tool, None, False),
+            (closed, alice, False),
+            (None, alice, False),
+        ]
+    ):
+        made.append(
+            models.ToolExecution.objects.create(
+                tool=tool,
+                tool_name=tool.name if tool is not None else "t_disabled",
+                tool_call_id=f"call_{number}",
+                user=user,
+                run=run if with_run else None,
+                conversation=conversation,
+                payload={"arguments": '{"a": 1}'},
+            )
+        )
+    return made
+
+
+def test_the_compiled_read_finds_what_the_orm_finds(calls):
+    for call in calls:
+        assert as_seen(worker._CALL.first(call.pk)) == as_seen(orm_read(call.pk))
+    assert worker._CALL.first(10**9) is None
+    seen = as_seen(worker._CALL.first(calls[0].pk))
+    assert seen[1]["retries"] == 2 and seen[1]["idempotent"] in (True, 1)  # rules read
+    assert seen[2].startswith("00-abab")  # the run's trace context
+    assert worker._CALL.first(calls[2].pk).rules is None  # not alice's group: refused (S2)
+    assert worker._CALL.first(calls[3].pk).rules is None  # disabled
+
+
+def test_each_thread_compiles_its_own(calls):
+    """A compiler holds its thread's connection; a second thread must not borrow it."""
+    prepared = PreparedQuery(lambda pk: models.ToolExecution.objects.filter(pk=pk))
+    found: list[object] = []
+
+    def read() -> None:
+        found.append(prepared.first(calls[1].pk).tool_call_id)
+
+    read()
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join()
+    assert found == ["call_1", "call_1"]
+
+
+def test_a_query_must_take_its_value_exactly_once(calls):
+    twice = PreparedQuery(
+        lambda pk: (
+            models.ToolExecution.objects.filter(pk=pk)
+            | models.ToolExecution.objects.filter(tool_id=pk)
+        )
+    )
+    with pytest.raises(ValueError, match="exactly once"):
+        twice.first(1)
+    never = PreparedQuery(lambda pk: models.ToolExecution.objects.filter(attempt=1))
+    with pytest.raises(ValueError, match="exactly once"):
+        never.first(1)
