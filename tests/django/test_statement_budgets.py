@@ -46,6 +46,11 @@ def budget_add(a: int, b: int) -> int:
     return a + b
 
 
+def mask(text, *, tool_name, field):
+    """An audit redactor that keeps no number a tool returned."""
+    return re.sub(r"\d+", "[number]", text) if field == "result" else text
+
+
 @pytest.fixture(autouse=True)
 def budget_tools():
     with registered(budget_add):
@@ -171,6 +176,24 @@ def test_a_celery_tool_call_on_the_web_side(alice):
         ("SELECT", "tool"),  # the tool's row (a governed turn passes its snapshot instead)
         ("INSERT", "toolexecution"),  # the call, pending, with its exact arguments
     ]
+    assert waited == [
+        ("SELECT", "toolexecution"),  # the poll that finds it ended, with its exact result
+    ]
+
+
+def test_a_celery_tool_call_whose_result_the_audit_redacts(alice):
+    """The exact text waits in the working data for the caller, who then drops it."""
+    with override_settings(
+        TOOL_CALLING=tool_calling_settings(
+            AUDIT_REDACTOR="tests.django.test_statement_budgets.mask"
+        )
+    ):
+        future, _ = _recorded_call(alice)
+        tasks.execute_tool_call(future.ref.execution_id)
+        with statements() as waited:
+            outcome = future.result()
+    assert outcome.text == "3"
+    assert models.ToolExecution.objects.get().result == "[number]"
     assert waited == [
         ("SELECT", "toolexecution"),  # the poll that finds it ended
         ("UPDATE", "toolexecution"),  # the exact result, not redacted, leaves the database

@@ -182,8 +182,9 @@ class _Waiter:
         if not rows:
             return
         # The exact texts may hold what the audit redacts: keep them no longer than needed.
-        done = [row["id"] for row in rows]
-        lifecycle.purge_payloads(models.ToolExecution.objects.filter(pk__in=done))
+        kept = [row["id"] for row in rows if row["payload"]]
+        if kept:
+            lifecycle.purge_payloads(models.ToolExecution.objects.filter(pk__in=kept))
         for row in rows:
             self._outstanding.pop(row["id"]).set_result(outcome_of(row))
 

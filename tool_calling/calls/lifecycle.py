@@ -479,18 +479,25 @@ def finish(
 
     The audit gets the redacted, capped texts (and ``error_id``, the id the model was given for
     an unexpected error); with ``keep`` (a call on a worker) the working data gets the exact
-    outcome, for the caller waiting on it (the sweeper drops it later). A late result of an
+    outcome, for the caller waiting on it (the sweeper drops it later), unless the audited
+    result already is the exact text of a success. A late result of an
     attempt that was fenced off changes nothing.
     """
     name = ref.tool_name
     is_error = status != S.SUCCEEDED
-    extra: dict[str, Any] = {"payload": _outcome_payload(outcome)} if keep else {}
+    result = audit_text(outcome.text, tool_name=name, field="result")
+    extra: dict[str, Any] = {}
+    if keep:
+        # A success whose audited text is exact needs no working data: the caller reads the
+        # result column, and has nothing to purge.
+        exact = outcome.kind is ToolOutcomeKind.OK and not outcome.error_type
+        extra["payload"] = {} if exact and result == outcome.text else _outcome_payload(outcome)
     written = (
         _guarded("finish", ref.execution_id, status)
         .filter(attempt=ref.attempt)
         .update(
             status=status,
-            result=audit_text(outcome.text, tool_name=name, field="result"),
+            result=result,
             error=audit_text(outcome.traceback, tool_name=name, field="error"),
             error_type=outcome.error_type[:200],
             error_id=error_id,
