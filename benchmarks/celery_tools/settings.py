@@ -3,7 +3,8 @@
 tests/settings_celery.py (a Redis port and a state directory shared through environment
 variables, a SQLite file in WAL mode in that directory), with this app instead of the test
 tools, Redis as result backend (only the raw-Celery baseline reads results: tool-call tasks
-ignore theirs), the default EXECUTION settings except MODE "celery", and quiet logs. With
+ignore theirs), workers that keep their database connections (``CELERY_DB_REUSE_MAX``, as the
+example project), the default EXECUTION settings except MODE "celery", and quiet logs. With
 ``TC_BENCH_DATABASE_URL`` set (the benchmark's PostgreSQL run sets it; the workers inherit it)
 the database is that one, configured as project/settings.py configures a ``DATABASE_URL``.
 """
@@ -26,6 +27,10 @@ if _DATABASE_URL:
     }
 
 CELERY_RESULT_BACKEND = REDIS_URL
+
+# As project/settings.py, the configuration the README recommends: a worker process keeps its
+# database connection between tasks (Celery's Django fixup would close it around every task).
+CELERY_DB_REUSE_MAX = 1000
 
 # tool_calling's defaults (LEASE_SECONDS 15, TIMEOUT 30, ...), not the test tier's short ones.
 TOOL_CALLING = {**TOOL_CALLING, "EXECUTION": {"MODE": "celery"}}  # noqa: F405
