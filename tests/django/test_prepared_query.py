@@ -7,9 +7,10 @@ import threading
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db.models import F
+from django.utils import timezone
 
 from tool_calling import models
-from tool_calling._prepared import PreparedQuery
+from tool_calling._prepared import PreparedQuery, update_rows
 from tool_calling.calls import worker
 from tool_calling.resolvers import call_rules_of_call
 
@@ -116,3 +117,31 @@ def test_a_query_must_take_its_value_exactly_once(calls):
     never = PreparedQuery(lambda pk: models.ToolExecution.objects.filter(attempt=1))
     with pytest.raises(ValueError, match="exactly once"):
         never.first(1)
+
+
+def test_update_rows_writes_what_the_orms_update_writes(calls):
+    """Values prepared by their fields (JSON, datetimes, None); equality and IN guards."""
+    now = timezone.now()
+    values = {
+        "status": "running",
+        "attempt": 1,
+        "lease_expires_at": now,
+        "payload": {"outcome": {"kind": "ok", "text": "é \u2603 'quoted'"}},
+        "error": "",
+        "duration_ms": None,
+    }
+    first, second = calls[0], calls[1]
+    guard = {"status": ("pending", "running"), "attempt": 0}
+    assert update_rows(models.ToolExecution, {"pk": first.pk, **guard}, values) == 1
+    models.ToolExecution.objects.filter(pk=second.pk, status__in=("pending", "running")).filter(
+        attempt=0
+    ).update(**values)
+    ours, orms = (
+        models.ToolExecution.objects.values(*values).get(pk=pk) for pk in (first.pk, second.pk)
+    )
+    assert ours == orms == {**values, "status": "running"}
+    # The guard holds: the attempt moved on, so the same UPDATE changes nothing now.
+    assert update_rows(models.ToolExecution, {"pk": first.pk, **guard}, values) == 0
+    assert update_rows(models.ToolExecution, {"pk": first.pk, "status": ()}, values) == 0
+    with pytest.raises(TypeError, match="plain values"):
+        update_rows(models.ToolExecution, {"pk": first.pk}, {"attempt": F("attempt") + 1})

@@ -41,6 +41,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from tool_calling import models, signals
+from tool_calling._prepared import update_rows
 from tool_calling.audit import audit_text
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
@@ -148,6 +149,24 @@ def _guarded(name: str, execution_id: int, to: str | None = None) -> QuerySet[mo
     if to is not None and to not in ends:
         raise ToolCallingError(f"Transition {name!r} cannot end in status {str(to)!r}.")
     return models.ToolExecution.objects.filter(pk=execution_id, status__in=starts)
+
+
+def _guarded_update(name: str, ref: CallRef, to: str, values: dict[str, Any], **where: Any) -> int:
+    """Transition ``name`` of attempt ``ref.attempt`` as one UPDATE whose SQL is written once.
+
+    The same guard as :func:`_guarded` plus the attempt (and ``where``): for the transitions
+    every call makes.
+    """
+    starts, ends = TRANSITIONS[name]
+    if to not in ends:
+        raise ToolCallingError(f"Transition {name!r} cannot end in status {str(to)!r}.")
+    guard = {"pk": ref.execution_id, "status": tuple(starts), "attempt": ref.attempt}
+    if "status" in where:  # a narrower start than the transition allows
+        start = where.pop("status")
+        if start not in starts:
+            return 0
+        guard["status"] = (start,)
+    return update_rows(models.ToolExecution, {**guard, **where}, values)
 
 
 def _started(ref: CallRef) -> None:
@@ -369,18 +388,23 @@ def claim(ref: CallRef, status: str, *, task_id: str, worker: str) -> CallRef | 
     """
     now = timezone.now()
     name = "take_over" if status == S.RUNNING else "claim"
-    rows = _guarded(name, ref.execution_id, S.RUNNING).filter(status=status, attempt=ref.attempt)
-    if name == "take_over":
-        rows = rows.filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at=None))
     attempt = ref.attempt + 1
-    claimed = rows.update(
-        status=S.RUNNING,
-        attempt=attempt,
-        lease_expires_at=now + lease(),
-        task_id=task_id[:255],
-        worker=worker[:255],
-        started_at=now,
-    )
+    values = {
+        "status": S.RUNNING,
+        "attempt": attempt,
+        "lease_expires_at": now + lease(),
+        "task_id": task_id[:255],
+        "worker": worker[:255],
+        "started_at": now,
+    }
+    if name == "claim":  # every call's: the UPDATE written once
+        claimed = _guarded_update(name, ref, S.RUNNING, values, status=status)
+    else:
+        rows = _guarded(name, ref.execution_id, S.RUNNING).filter(
+            status=status, attempt=ref.attempt
+        )
+        rows = rows.filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at=None))
+        claimed = rows.update(**values)
     if not claimed:
         return None
     started = CallRef(
@@ -492,22 +516,19 @@ def finish(
         # result column, and has nothing to purge.
         exact = outcome.kind is ToolOutcomeKind.OK and not outcome.error_type
         extra["payload"] = {} if exact and result == outcome.text else _outcome_payload(outcome)
-    written = (
-        _guarded("finish", ref.execution_id, status)
-        .filter(attempt=ref.attempt)
-        .update(
-            status=status,
-            result=result,
-            error=audit_text(outcome.traceback, tool_name=name, field="error"),
-            error_type=outcome.error_type[:200],
-            error_id=error_id,
-            is_error=is_error,
-            finished_at=timezone.now(),
-            duration_ms=duration_ms,
-            lease_expires_at=None,
-            **extra,
-        )
-    )
+    values = {
+        "status": status,
+        "result": result,
+        "error": audit_text(outcome.traceback, tool_name=name, field="error"),
+        "error_type": outcome.error_type[:200],
+        "error_id": error_id,
+        "is_error": is_error,
+        "finished_at": timezone.now(),
+        "duration_ms": duration_ms,
+        "lease_expires_at": None,
+        **extra,
+    }
+    written = _guarded_update("finish", ref, status, values)
     if written:
         _finished(ref, status, is_error=is_error, duration_ms=duration_ms)
     else:
