@@ -23,21 +23,35 @@ from django.db.models.query import get_related_populators
 __all__ = ["PreparedQuery", "update_rows"]
 
 _MARKER = -7_212_340_001_977
-"""Stands for the value while the SQL is compiled (an id no table of ours holds)."""
+"""Stands for the first value while the SQL is compiled (an id no table of ours holds); the
+next values get the next lower numbers."""
+
+
+_MAX_SHAPES = 64
+"""Compiled queries one thread keeps per prepared query."""
+
+
+def _markers(count: int) -> tuple[int, ...]:
+    return tuple(_MARKER - number for number in range(count))
 
 
 class _Compiled:
-    __slots__ = ("compiler", "index", "init_list", "params", "populators", "sql", "span")
+    __slots__ = ("compiler", "init_list", "params", "populators", "positions", "sql", "span")
 
-    def __init__(self, queryset: QuerySet[Any], using: str) -> None:
+    def __init__(self, queryset: QuerySet[Any], using: str, count: int) -> None:
         compiler = queryset.query.get_compiler(using=using)
         sql, params = compiler.as_sql()
         params = list(params)
-        if params.count(_MARKER) != 1:
-            raise ValueError("A prepared query takes its value exactly once")
+        positions = []
+        for marker in _markers(count):
+            # A text field's lookup turns the marker into its text.
+            found = [i for i, param in enumerate(params) if param in (marker, str(marker))]
+            if not found:
+                raise ValueError("A prepared query must use each of its values as a parameter")
+            positions.append(tuple(found))
         self.sql = sql
         self.params = params
-        self.index = params.index(_MARKER)
+        self.positions = tuple(positions)
         self.compiler = compiler
         # What ModelIterable does with a compiled query (django/db/models/query.py).
         select, klass_info = compiler.select, compiler.klass_info
@@ -50,54 +64,80 @@ class _Compiled:
 
 
 class PreparedQuery:
-    """``build(value)`` compiled once per thread and database; :meth:`first` runs it for a value.
+    """``build(*values)`` compiled once per thread, database and shape; run for new values.
 
-    ``build`` must use ``value`` exactly once, as a parameter (``filter(pk=value)``), and nothing
-    else that changes between calls (no ``now()`` computed in Python).
+    ``build`` must use each value as a parameter (``filter(pk=value)``; more than once is
+    fine), and nothing else that changes between calls (no ``now()`` computed in Python).
+    Queries whose structure varies take a hashable ``shape`` first, ``build(shape, *values)``:
+    one compiled query per shape (keep the number of shapes small: each is kept per thread).
     """
 
-    def __init__(self, build: Callable[[Any], QuerySet[Any]]) -> None:
+    def __init__(self, build: Callable[..., QuerySet[Any]], *, shaped: bool = False) -> None:
         self._build = build
+        self._shaped = shaped
+        self._model_class: type[Model] | None = None
         # A compiler holds its thread's connection: each thread compiles its own.
         self._local = threading.local()
 
-    def _compiled(self, using: str) -> _Compiled:
-        cache: dict[str, _Compiled] | None = getattr(self._local, "cache", None)
+    def _queryset(self, shape: Any, values: tuple[Any, ...]) -> QuerySet[Any]:
+        return self._build(shape, *values) if self._shaped else self._build(*values)
+
+    def _compiled(self, using: str, shape: Any, count: int, limit: int | None) -> _Compiled:
+        cache: dict[tuple[Any, ...], _Compiled] | None = getattr(self._local, "cache", None)
         if cache is None:
             cache = self._local.cache = {}
-        compiled = cache.get(using)
+        key = (using, shape, count, limit)
+        compiled = cache.get(key)
+        if compiled is None and len(cache) >= _MAX_SHAPES:
+            cache.clear()  # shapes that came and went (tool sets of tests, mostly)
         # Compiled for this thread's connection of ``using``, which may since have been
         # replaced by one to another database (tests swap them).
         if compiled is None or compiled.compiler.connection is not connections[using]:
-            compiled = cache[using] = _Compiled(self._build(_MARKER)[:1], using)
+            queryset = self._queryset(shape, _markers(count))
+            if limit is not None:
+                queryset = queryset[:limit]
+            compiled = cache[key] = _Compiled(queryset, using, count)
         return compiled
 
-    def first(self, value: Any) -> Model | None:
-        """The first object the query finds for ``value``, as ``build(value).first()`` would."""
-        model = self._model()
+    def first(self, *values: Any, shape: Any = None) -> Model | None:
+        """The first object the query finds, as ``build(*values)[:1]`` would."""
+        found = self._run(values, shape, limit=1)
+        return found[0] if found else None
+
+    def all(self, *values: Any, shape: Any = None) -> list[Model]:
+        """Every object the query finds, as ``list(build(*values))`` would."""
+        return self._run(values, shape, limit=None)
+
+    def _run(self, values: tuple[Any, ...], shape: Any, limit: int | None) -> list[Model]:
+        model = self._model(shape, len(values))
         using = router.db_for_read(model)
-        compiled = self._compiled(using)
+        compiled = self._compiled(using, shape, len(values), limit)
         params = list(compiled.params)
-        params[compiled.index] = value
+        for positions, value in zip(compiled.positions, values, strict=True):
+            for position in positions:
+                params[position] = value
         with connections[using].cursor() as cursor:
             cursor.execute(compiled.sql, params)
-            rows = cursor.fetchmany(1)
+            rows = cursor.fetchall()
         if not rows:
-            return None
+            return []
         compiler = compiled.compiler
-        (row,) = compiler.results_iter(results=[rows])
         start, end = compiled.span
-        found = model.from_db(using, compiled.init_list, row[start:end])
-        for populator in compiled.populators:
-            populator.populate(row, found)
-        for name, position in (compiler.annotation_col_map or {}).items():
-            setattr(found, name, row[position])
+        annotations = list((compiler.annotation_col_map or {}).items())
+        found = []
+        for row in compiler.results_iter(results=[rows]):
+            instance = model.from_db(using, compiled.init_list, row[start:end])
+            for populator in compiled.populators:
+                populator.populate(row, instance)
+            for name, position in annotations:
+                setattr(instance, name, row[position])
+            found.append(instance)
         return found
 
-    def _model(self) -> type[Model]:
-        model: type[Model] | None = getattr(self, "_model_class", None)
+    def _model(self, shape: Any, count: int) -> type[Model]:
+        model = self._model_class
         if model is None:
-            model = self._model_class = self._build(_MARKER).model
+            model = self._model_class = self._queryset(shape, _markers(count)).model
         return model
 
 

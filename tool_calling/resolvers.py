@@ -23,6 +23,7 @@ from django.db.models import (
 from django.db.models.functions import JSONObject
 
 from tool_calling import models
+from tool_calling._prepared import PreparedQuery
 from tool_calling.core.execution.limits import ToolCallLimits
 from tool_calling.core.execution.resolvers import ToolCallbackResolver
 from tool_calling.core.tools.callback import ToolCallback
@@ -44,9 +45,9 @@ __all__ = [
 ]
 
 
-def _user_groups(user: Any) -> QuerySet[Group]:
-    """The user's groups, as a subquery (one round trip, however many groups)."""
-    return Group.objects.filter(user=user.pk)
+def _user_groups(user_pk: Any) -> QuerySet[Group]:
+    """The groups of the user ``user_pk``, as a subquery (one round trip, however many groups)."""
+    return Group.objects.filter(user=user_pk)
 
 
 def _group_rules(groups: Any) -> tuple[Any, Any]:
@@ -67,18 +68,26 @@ def _group_rules(groups: Any) -> tuple[Any, Any]:
     return ~restricted | member, ~Exists(server) | server_member
 
 
-def _usable(user: Any) -> Any:
-    """A condition on ``Tool`` rows: their allowed groups let ``user`` use them.
+_SUPERUSER, _ANONYMOUS, _MEMBER = "superuser", "anonymous", "member"
+
+
+def _user_kind(user: Any) -> str:
+    if not getattr(user, "is_authenticated", False):  # None too
+        return _ANONYMOUS
+    return _SUPERUSER if getattr(user, "is_superuser", False) else _MEMBER
+
+
+def _usable_by(kind: str, user_pk: Any) -> Any:
+    """A condition on ``Tool`` rows: their allowed groups let a user of ``kind`` use them.
 
     A tool with no allowed groups is open to everyone; otherwise to superusers and members of
-    one of its groups. A tool of an MCP server also needs the server's allowed groups to let
-    the user in, in the same way. Enablement is not part of it (callers filter on it or read
-    it).
+    one of its groups (``user_pk``'s, for a ``member``). A tool of an MCP server also needs the
+    server's allowed groups to let the user in, in the same way. Enablement is not part of it
+    (callers filter on it or read it).
     """
-    if getattr(user, "is_superuser", False) and getattr(user, "is_authenticated", False):
+    if kind == _SUPERUSER:
         return Value(True)
-    anonymous = user is None or not getattr(user, "is_authenticated", False)
-    by_tool, by_server = _group_rules(None if anonymous else _user_groups(user))
+    by_tool, by_server = _group_rules(None if kind == _ANONYMOUS else _user_groups(user_pk))
     return ExpressionWrapper(by_tool & by_server, BooleanField())
 
 
@@ -144,11 +153,20 @@ def call_rules(name: str, user: Any = None) -> CallRules | None:
     One query, read at call time: the re-check before a call runs (an operator may have changed
     the tool since the turn's snapshot).
     """
-    tools = models.Tool.objects.filter(
-        _usable(user), _MCP_READY, name=name, enabled=True, missing=False
-    )
-    found = list(tools.values_list(*_RULE_FIELDS)[:1])
-    return None if not found else CallRules(*found[0])
+    kind = _user_kind(user)
+    values = (name, user.pk) if kind == _MEMBER else (name,)
+    row = _RULES.first(*values, shape=kind)
+    return None if row is None else CallRules(*(getattr(row, field) for field in _RULE_FIELDS))
+
+
+def _rules_query(kind: str, name: str, user_pk: Any = None) -> QuerySet[models.Tool]:
+    return models.Tool.objects.filter(
+        _usable_by(kind, user_pk), _MCP_READY, name=name, enabled=True, missing=False
+    ).only(*_RULE_FIELDS)
+
+
+# Every in-process call's re-check: compiled once per kind of user.
+_RULES = PreparedQuery(_rules_query, shaped=True)
 
 
 def approval_required(name: str, user: Any = None) -> bool | None:
@@ -209,6 +227,26 @@ class OperatorSettingsToolCallback(ToolCallback):
         return await self.delegate.acall(tool_input, tool_context)
 
 
+def _pk(user: Any) -> Any:
+    return user.pk if _user_kind(user) == _MEMBER else None
+
+
+def _snapshot(kind: str, names: tuple[str, ...], only: str | None, user_pk: Any) -> Any:
+    """The ``Tool`` rows a :class:`GovernedTools` snapshot reads."""
+    remote = Q(mcp__isnull=False) if only is None else Q(mcp__isnull=False, name=only)
+    return (
+        models.Tool.objects.filter(Q(name__in=list(names)) | remote)
+        .select_related("limit_override", "mcp__server")
+        .annotate(usable=_usable_by(kind, user_pk))
+    )
+
+
+_SNAPSHOT = PreparedQuery(
+    lambda shape, *user_pk: _snapshot(shape[0], shape[1], None, *(user_pk or (None,))),
+    shaped=True,
+)
+
+
 class GovernedTools:
     """A snapshot, taken once per turn, of the tools a user may use and their limits.
 
@@ -229,13 +267,16 @@ class GovernedTools:
     ) -> None:
         self.user = user
         self.registry = registry if tool_registry is None else tool_registry
-        remote = Q(mcp__isnull=False) if only is None else Q(mcp__isnull=False, name=only)
         # One query: the rows, their limit overrides, their MCP server if any, and whether the
         # user's groups allow them.
-        rows = (
-            models.Tool.objects.filter(Q(name__in=list(self.registry)) | remote)
-            .select_related("limit_override", "mcp__server")
-            .annotate(usable=_usable(user))
+        kind = _user_kind(user)
+        rows: list[Any] = (
+            # Every turn's: compiled once per tool set and kind of user.
+            _SNAPSHOT.all(
+                *((user.pk,) if kind == _MEMBER else ()), shape=(kind, tuple(self.registry))
+            )
+            if only is None
+            else list(_snapshot(kind, tuple(self.registry), only, _pk(user)))
         )
         self.rows: dict[str, models.Tool] = {row.name: row for row in rows}
         """The ``Tool`` rows of the registered tools and of MCP servers' tools, by name (any

@@ -105,18 +105,29 @@ def test_each_thread_compiles_its_own(calls):
     assert found == ["call_1", "call_1"]
 
 
-def test_a_query_must_take_its_value_exactly_once(calls):
+def test_a_query_must_use_its_value_as_a_parameter(calls):
     twice = PreparedQuery(
         lambda pk: (
             models.ToolExecution.objects.filter(pk=pk)
             | models.ToolExecution.objects.filter(tool_id=pk)
         )
     )
-    with pytest.raises(ValueError, match="exactly once"):
-        twice.first(1)
+    assert [row.pk for row in twice.all(calls[0].tool_id)] == [calls[1].pk, calls[0].pk]
     never = PreparedQuery(lambda pk: models.ToolExecution.objects.filter(attempt=1))
-    with pytest.raises(ValueError, match="exactly once"):
+    with pytest.raises(ValueError, match="must use each of its values as a parameter"):
         never.first(1)
+
+
+def test_a_shaped_query_compiles_once_per_shape(calls):
+    """Text values too (a text field's lookup turns the marker into text)."""
+    by_name = PreparedQuery(
+        lambda shape, name: models.ToolExecution.objects.filter(tool_name=name).order_by(shape),
+        shaped=True,
+    )
+    ids = sorted(call.pk for call in calls if call.tool_name == "t_open")
+    assert [row.pk for row in by_name.all("t_open", shape="pk")] == ids
+    assert [row.pk for row in by_name.all("t_open", shape="-pk")] == ids[::-1]
+    assert by_name.all("nothing", shape="pk") == []
 
 
 def test_update_rows_writes_what_the_orms_update_writes(calls):
