@@ -21,6 +21,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from tool_calling import models
+from tool_calling._prepared import update_rows
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.advisors.base import (
     HIGHEST_PRECEDENCE,
@@ -111,8 +112,11 @@ def release_conversation(conversation_id: uuid.UUID | str, token: str) -> None:
     Also records the end of the turn as the conversation's last activity (lists sort by it).
     """
     if token:
-        models.Conversation.objects.filter(pk=conversation_id, turn_token=token).update(
-            turn_token="", turn_started_at=None, updated_at=timezone.now()
+        # Every turn's: the UPDATE written once.
+        update_rows(
+            models.Conversation,
+            {"pk": conversation_id, "turn_token": token},
+            {"turn_token": "", "turn_started_at": None, "updated_at": timezone.now()},
         )
 
 
