@@ -4,8 +4,9 @@ The Django glue is layered::
 
     entry points (api/, admin/, management/, contrib/, asgi)
       -> tasks -> runs/ -> governance -> calls/
-      -> conversations, search, augmentation -> resolvers, repositories, audit -> models
-      -> conf, signals, registry, _notify, _lease, _prepared, observability -> exceptions -> core/
+      -> conversations, search, augmentation -> resolvers, repositories -> models
+      -> conf, signals, registry, _notify, _lease, _prepared, audit, observability
+      -> exceptions -> core/
 
 A module imports only its own layer or lower ones, no import runs in a circle, and no import of
 a tool_calling module hides in a function body (``AppConfig.ready()`` aside, which registers
@@ -33,6 +34,7 @@ LAYERS = [
     ("tool_calling.signals", 2),
     ("tool_calling._notify", 2),
     ("tool_calling._lease", 2),
+    ("tool_calling.audit", 2),
     ("tool_calling._prepared", 2),
     ("tool_calling.observability", 2),
     # Inside observability, one way: names and the SDK adapter, the scope, content and metrics,
@@ -52,7 +54,6 @@ LAYERS = [
     ("tool_calling.mcp", 3.5),
     ("tool_calling.mcp.clients", 3.5),
     ("tool_calling.mcp.mirror", 4),
-    ("tool_calling.audit", 4),
     ("tool_calling.repositories", 4),
     ("tool_calling.resolvers", 4),
     ("tool_calling.sync", 4),

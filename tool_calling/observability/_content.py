@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from tool_calling.audit import audit_text
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import (
     AssistantMessage,
@@ -46,20 +47,12 @@ def content_enabled() -> bool:
 
 
 def _redacted(text: str | None, *, tool_name: str, field: str) -> str:
-    """``text`` as a span may carry it: redacted by ``AUDIT_REDACTOR``, cut to ``AUDIT_MAX_CHARS``.
+    """``text`` as a span may carry it: as the audit stores it (redacted, then cut).
 
     ``field`` is ``"arguments"``, ``"result"`` or ``"error"`` (a tool's), or ``"message"`` (the
     text of a user or assistant message, ``tool_name`` blank).
     """
-    if not text:
-        return ""
-    redactor: Callable[..., str] | None = app_settings.AUDIT_REDACTOR
-    if redactor is not None:
-        text = redactor(text, tool_name=tool_name, field=field)
-    limit = app_settings.AUDIT_MAX_CHARS
-    if limit is not None and len(text) > limit:
-        text = text[:limit] + f"\n[Truncated: {len(text)} characters; first {limit} kept.]"
-    return text
+    return audit_text(text, tool_name=tool_name, field=field)
 
 
 def _arguments(text: str, tool_name: str) -> Any:
