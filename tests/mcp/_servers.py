@@ -147,3 +147,50 @@ class UvicornThread:
         if self.thread.is_alive():
             self.server.force_exit = True
             self.thread.join(5)
+
+
+CONFORMANCE_BASELINE = Path(__file__).resolve().parent / "conformance-baseline.yml"
+"""The conformance suite's expected failures, each with its reason."""
+
+CONFORMANCE_MUST_PASS = (
+    "server-initialize",
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-error",
+    "json-schema-2020-12",
+    "dns-rebinding-protection",
+    "server-sse-multiple-streams",
+)
+
+
+def run_conformance(url: str, tmp_path: Path) -> str:
+    """Run ``--suite all`` of the conformance suite against ``url``; its summary.
+
+    Fails the test on an unexpected failure, on a listed failure that passes, or when one of
+    :data:`CONFORMANCE_MUST_PASS` did not pass.
+    """
+    completed = subprocess.run(
+        [
+            str(CONFORMANCE),
+            "server",
+            "--url",
+            url,
+            "--suite",
+            "all",
+            "--expected-failures",
+            str(CONFORMANCE_BASELINE),
+            "--output-dir",
+            str(tmp_path / "results"),
+        ],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    summary = completed.stdout[completed.stdout.rfind("=== SUMMARY ===") :]
+    assert completed.returncode == 0, summary + completed.stderr[-3000:]
+    for scenario in CONFORMANCE_MUST_PASS:
+        assert f"✓ {scenario}:" in summary, scenario
+    return summary

@@ -13,7 +13,6 @@ unexpected failure or on a listed scenario that passes.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +27,9 @@ from tool_calling.registry import registry
 from tool_calling.sync import sync_tools
 
 from . import conformance_tools
-from ._servers import CONFORMANCE, UvicornThread, node, require
+from ._servers import CONFORMANCE, UvicornThread, node, require, run_conformance
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-BASELINE = Path(__file__).resolve().parent / "conformance-baseline.yml"
 
 
 def with_token(app: Any, token: str) -> Any:
@@ -69,38 +66,7 @@ def test_the_conformance_suite_passes_against_our_mcp_endpoint_but_for_the_liste
     token = Token.objects.create(user=User.objects.create_user("conformance")).key
     app = with_token(with_mcp(get_asgi_application()), token)
     with UvicornThread(app) as running:
-        completed = subprocess.run(
-            [
-                str(CONFORMANCE),
-                "server",
-                "--url",
-                f"http://localhost:{running.port}/mcp/",
-                "--suite",
-                "all",
-                "--expected-failures",
-                str(BASELINE),
-                "--output-dir",
-                str(tmp_path / "results"),
-            ],
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-    summary = completed.stdout[completed.stdout.rfind("=== SUMMARY ===") :]
-    assert completed.returncode == 0, summary + completed.stderr[-3000:]
-    for scenario in (
-        "server-initialize",
-        "tools-list",
-        "tools-call-simple-text",
-        "tools-call-error",
-        "json-schema-2020-12",
-        "dns-rebinding-protection",
-        "server-sse-multiple-streams",
-    ):
-        assert f"✓ {scenario}:" in summary, scenario
+        run_conformance(f"http://localhost:{running.port}/mcp/", tmp_path)
     # The suite's calls went through the governed path: audited as the token's user.
     calls = models.ToolExecution.objects.filter(tool_name="test_simple_text")
     assert calls.exists()
