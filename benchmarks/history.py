@@ -79,10 +79,9 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("claim", "tool_calling.conversations", "release_conversation"),
     ("memory_load", "tool_calling.conversations", "TurnLog.find_by_conversation_id"),
     ("memory_save", "tool_calling.conversations", "TurnLog.add"),
-    ("limit_counting", "tool_calling.core.execution.limits", "LimitCounter.__init__"),
-    ("limit_counting", "tool_calling.core.execution.limits", "LimitCounter.add"),
+    ("limit_counting", "tool_calling.core.execution.manager", "find_breaches"),
     ("governed_call", "tool_calling.governance", "GovernedToolCallingManager._governed_call"),
-    ("recheck", "tool_calling.calls.running", "approval_required"),
+    ("recheck", "tool_calling.calls.running", "call_rules"),
     ("audit", "tool_calling.calls.lifecycle", "record_started"),
     ("audit", "tool_calling.calls.lifecycle", "finish"),
     ("audit", "tool_calling.calls.lifecycle", "record_refused"),
@@ -833,8 +832,8 @@ def main(argv: list[str] | None = None) -> int:
         "Phases: medians in ms of time inside the wrapped functions, within the framework time: "
         "claim + release (conversations.claim_conversation / release_conversation), memory load "
         "(TurnLog.find_by_conversation_id), memory save (TurnLog.add), limit counting "
-        "(LimitCounter), governed call (GovernedToolCallingManager._governed_call, tool "
-        "excluded; of which the re-check, calls.running's approval_required, and the audit, "
+        "(the manager's find_breaches), governed call (GovernedToolCallingManager._governed_call, tool "
+        "excluded; of which the re-check, calls.running's call_rules, and the audit, "
         "calls.lifecycle's record_started + finish), governed tools (the turn's GovernedTools "
         "snapshot). Rest = framework - the six top-level phases (the core loop, advisors, "
         "the client)."
