@@ -691,10 +691,15 @@ def _settings_note() -> str:
     from django.db import connection
 
     database = settings.DATABASES["default"]
+    reuse = getattr(settings, "CELERY_DB_REUSE_MAX", None)
+    how = (
+        "each worker process keeps its connections between tasks"
+        if reuse
+        else "unset: Celery's Django fixup closes the worker's connections around every task"
+    )
     return (
-        f"CONN_MAX_AGE={database.get('CONN_MAX_AGE')}, CELERY_DB_REUSE_MAX="
-        f"{getattr(settings, 'CELERY_DB_REUSE_MAX', None)} (unset: Celery's Django fixup closes "
-        f"the worker's connections around every task), EXECUTION="
+        f"CONN_MAX_AGE={database.get('CONN_MAX_AGE')}, CELERY_DB_REUSE_MAX={reuse} ({how}), "
+        "EXECUTION="
         f"{settings.TOOL_CALLING.get('EXECUTION')}; {connection.vendor}"
     )
 
