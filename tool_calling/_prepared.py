@@ -4,7 +4,7 @@ Django builds and compiles a queryset's SQL on every evaluation. For most querie
 noise; for the worker's read of a call (the call, its user, and the re-check of its tool's rules
 as a nested subquery with group conditions) it cost about 10 ms of CPU per call against 0.2 ms
 in the database, most of a Celery call's time on the worker. :class:`PreparedQuery` compiles the
-queryset once, with a marker in place of the one value that changes, and builds the model
+queryset once, with markers in place of the values that change, and builds the model
 instances from each run's rows as Django's own iterable does (``select_related`` objects and
 annotations included, the fields' converters applied). :func:`update_rows` does the same for
 the conditional UPDATEs of a call's claim and result.
@@ -12,15 +12,19 @@ the conditional UPDATEs of a call's claim and result.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import connections, router, transaction
 from django.db.models import Model, QuerySet
 from django.db.models.query import get_related_populators
 
 __all__ = ["PreparedQuery", "update_rows"]
+
+logger = logging.getLogger("tool_calling.db")
 
 _MARKER = -7_212_340_001_977
 """Stands for the first value while the SQL is compiled (an id no table of ours holds); the
@@ -35,6 +39,10 @@ def _markers(count: int) -> tuple[int, ...]:
     return tuple(_MARKER - number for number in range(count))
 
 
+class _NotPreparable(Exception):
+    pass
+
+
 class _Compiled:
     __slots__ = ("compiler", "init_list", "params", "populators", "positions", "sql", "span")
 
@@ -47,7 +55,7 @@ class _Compiled:
             # A text field's lookup turns the marker into its text.
             found = [i for i, param in enumerate(params) if param in (marker, str(marker))]
             if not found:
-                raise ValueError("A prepared query must use each of its values as a parameter")
+                raise _NotPreparable("a value is not among the compiled query's parameters")
             positions.append(tuple(found))
         self.sql = sql
         self.params = params
@@ -72,31 +80,48 @@ class PreparedQuery:
     one compiled query per shape (keep the number of shapes small: each is kept per thread).
     """
 
-    def __init__(self, build: Callable[..., QuerySet[Any]], *, shaped: bool = False) -> None:
+    def __init__(
+        self, model: type[Model], build: Callable[..., QuerySet[Any]], *, shaped: bool = False
+    ) -> None:
+        self._model = model
         self._build = build
         self._shaped = shaped
-        self._model_class: type[Model] | None = None
         # A compiler holds its thread's connection: each thread compiles its own.
         self._local = threading.local()
 
     def _queryset(self, shape: Any, values: tuple[Any, ...]) -> QuerySet[Any]:
         return self._build(shape, *values) if self._shaped else self._build(*values)
 
-    def _compiled(self, using: str, shape: Any, count: int, limit: int | None) -> _Compiled:
-        cache: dict[tuple[Any, ...], _Compiled] | None = getattr(self._local, "cache", None)
+    def _compiled(self, using: str, shape: Any, count: int, limit: int | None) -> _Compiled | None:
+        """The compiled query; ``None`` when it cannot be (the ORM then builds it each time)."""
+        cache: dict[tuple[Any, ...], _Compiled | None] | None = getattr(self._local, "cache", None)
         if cache is None:
             cache = self._local.cache = {}
         key = (using, shape, count, limit)
         compiled = cache.get(key)
+        if key in cache and compiled is None:
+            return None
         if compiled is None and len(cache) >= _MAX_SHAPES:
             cache.clear()  # shapes that came and went (tool sets of tests, mostly)
         # Compiled for this thread's connection of ``using``, which may since have been
         # replaced by one to another database (tests swap them).
         if compiled is None or compiled.compiler.connection is not connections[using]:
-            queryset = self._queryset(shape, _markers(count))
-            if limit is not None:
-                queryset = queryset[:limit]
-            compiled = cache[key] = _Compiled(queryset, using, count)
+            try:
+                queryset = self._queryset(shape, _markers(count))
+                if limit is not None:
+                    queryset = queryset[:limit]
+                compiled = _Compiled(queryset, using, count)
+            except (TypeError, ValueError, ValidationError, _NotPreparable) as exc:
+                # A value a field converts (a UUID primary key) cannot stand in as a marker:
+                # the ORM builds this shape each time, as it would without this class.
+                logger.warning(
+                    "%s: cannot compile %s once (%s); Django builds it on every call",
+                    __name__,
+                    self._model.__name__,
+                    exc,
+                )
+                compiled = None
+            cache[key] = compiled
         return compiled
 
     def first(self, *values: Any, shape: Any = None) -> Model | None:
@@ -109,9 +134,12 @@ class PreparedQuery:
         return self._run(values, shape, limit=None)
 
     def _run(self, values: tuple[Any, ...], shape: Any, limit: int | None) -> list[Model]:
-        model = self._model(shape, len(values))
+        model = self._model
         using = router.db_for_read(model)
         compiled = self._compiled(using, shape, len(values), limit)
+        if compiled is None:
+            queryset = self._queryset(shape, values)
+            return list(queryset[:limit] if limit is not None else queryset)
         params = list(compiled.params)
         for positions, value in zip(compiled.positions, values, strict=True):
             for position in positions:
@@ -133,12 +161,6 @@ class PreparedQuery:
                 setattr(instance, name, row[position])
             found.append(instance)
         return found
-
-    def _model(self, shape: Any, count: int) -> type[Model]:
-        model = self._model_class
-        if model is None:
-            model = self._model_class = self._queryset(shape, _markers(count)).model
-        return model
 
 
 _UPDATES: dict[tuple[Any, ...], str] = {}

@@ -166,7 +166,7 @@ def _rules_query(kind: str, name: str, user_pk: Any = None) -> QuerySet[models.T
 
 
 # Every in-process call's re-check: compiled once per kind of user.
-_RULES = PreparedQuery(_rules_query, shaped=True)
+_RULES = PreparedQuery(models.Tool, _rules_query, shaped=True)
 
 
 def approval_required(name: str, user: Any = None) -> bool | None:
@@ -242,6 +242,7 @@ def _snapshot(kind: str, names: tuple[str, ...], only: str | None, user_pk: Any)
 
 
 _SNAPSHOT = PreparedQuery(
+    models.Tool,
     lambda shape, *user_pk: _snapshot(shape[0], shape[1], None, *(user_pk or (None,))),
     shaped=True,
 )

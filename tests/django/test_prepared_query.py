@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -92,7 +93,9 @@ def test_the_compiled_read_finds_what_the_orm_finds(calls):
 
 def test_each_thread_compiles_its_own(calls):
     """A compiler holds its thread's connection; a second thread must not borrow it."""
-    prepared = PreparedQuery(lambda pk: models.ToolExecution.objects.filter(pk=pk))
+    prepared = PreparedQuery(
+        models.ToolExecution, lambda pk: models.ToolExecution.objects.filter(pk=pk)
+    )
     found: list[object] = []
 
     def read() -> None:
@@ -105,22 +108,41 @@ def test_each_thread_compiles_its_own(calls):
     assert found == ["call_1", "call_1"]
 
 
-def test_a_query_must_use_its_value_as_a_parameter(calls):
+def test_a_query_must_use_its_value_as_a_parameter(calls, caplog):
     twice = PreparedQuery(
+        models.ToolExecution,
         lambda pk: (
             models.ToolExecution.objects.filter(pk=pk)
             | models.ToolExecution.objects.filter(tool_id=pk)
-        )
+        ),
     )
     assert [row.pk for row in twice.all(calls[0].tool_id)] == [calls[1].pk, calls[0].pk]
-    never = PreparedQuery(lambda pk: models.ToolExecution.objects.filter(attempt=1))
-    with pytest.raises(ValueError, match="must use each of its values as a parameter"):
-        never.first(1)
+    # The value does not reach the SQL (0 computed in Python): the ORM builds it each time.
+    never = PreparedQuery(
+        models.ToolExecution, lambda pk: models.ToolExecution.objects.filter(attempt=pk - pk)
+    )
+    with caplog.at_level(logging.WARNING, logger="tool_calling.db"):
+        found = never.all(1)
+    assert sorted(row.pk for row in found) == sorted(call.pk for call in calls)
+    assert "cannot compile ToolExecution once" in caplog.text
+
+
+def test_a_value_no_marker_can_stand_for_is_left_to_the_orm(calls, caplog):
+    """A UUID primary key turns the marker into a UUID (or fails): the ORM builds the query."""
+    conversation = calls[0].conversation
+    by_conversation = PreparedQuery(
+        models.Conversation, lambda pk: models.Conversation.objects.filter(pk=pk)
+    )
+    with caplog.at_level(logging.WARNING, logger="tool_calling.db"):
+        assert by_conversation.first(conversation.pk) == conversation
+        assert by_conversation.first(conversation.pk) == conversation
+    assert caplog.text.count("cannot compile Conversation once") == 1
 
 
 def test_a_shaped_query_compiles_once_per_shape(calls):
     """Text values too (a text field's lookup turns the marker into text)."""
     by_name = PreparedQuery(
+        models.ToolExecution,
         lambda shape, name: models.ToolExecution.objects.filter(tool_name=name).order_by(shape),
         shaped=True,
     )

@@ -59,11 +59,12 @@ def timeout_text(name: str, timeout: int | None) -> str:
 
 
 _CALL = PreparedQuery(
+    models.ToolExecution,
     lambda execution_id: (
         models.ToolExecution.objects.select_related("user")
         .annotate(rules=call_rules_of_call(), run_trace_context=F("run__trace_context"))
         .filter(pk=execution_id)
-    )
+    ),
 )
 """The call and its user, with the re-check of its tool's rules for that user at call time (S2)
 and the run's trace (issue 14: its calls join it, whoever's request sent them), in one query,
