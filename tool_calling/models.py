@@ -668,6 +668,11 @@ class ToolExecution(models.Model):
                 fields=["tool_name", "created_at", "is_error", "status", "duration_ms"],
                 name="tc_exec_tool_usage",
             ),
+            # The audit's search: each identifier exactly. (SQLite would not use a partial index
+            # "not blank" for an equality, so these hold every row.)
+            models.Index(fields=["tool_call_id"], name="tc_exec_call_id"),
+            models.Index(fields=["task_id"], name="tc_exec_task_id"),
+            models.Index(fields=["error_id"], name="tc_exec_error_id"),
             # A tool's last error, however long ago.
             models.Index(
                 fields=["tool_name", "created_at"],

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Q
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
@@ -45,9 +46,27 @@ class ToolExecutionAdmin(ScaledModelAdmin):
     )
     list_select_related = ("conversation", "user")
     date_hierarchy = "created_at"
-    search_fields = ("tool_name", "tool_call_id", "task_id", "worker", "error_type", "error_id")
+    # The audit grows without bound: a search matches an identifier exactly, through an index
+    # each (a substring search reads every row: 0.7-0.9 s at a million rows).
+    search_fields = ("tool_name", "tool_call_id", "task_id", "error_id")
+    search_help_text = _(
+        "A tool name, a tool call id, a task id or an error id (as given to the model), exactly."
+    )
     # The working data (exact arguments, context and result, not redacted) is never shown.
     exclude = ("payload",)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: Any, search_term: str
+    ) -> tuple[Any, bool]:
+        """Rows whose tool name, call id, task id or error id is ``search_term``."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        matches = Q()
+        for field in self.search_fields:
+            matches |= Q(**{field: term})
+        return queryset.filter(matches), False
+
     readonly_fields = (
         "tool_name",
         "tool",
