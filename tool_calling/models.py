@@ -673,6 +673,7 @@ class ToolExecution(models.Model):
             models.Index(fields=["tool_call_id"], name="tc_exec_call_id"),
             models.Index(fields=["task_id"], name="tc_exec_task_id"),
             models.Index(fields=["error_id"], name="tc_exec_error_id"),
+            models.Index(fields=["worker"], name="tc_exec_worker"),
             # A tool's last error, however long ago.
             models.Index(
                 fields=["tool_name", "created_at"],

@@ -286,6 +286,7 @@ def test_the_audit_search_matches_identifiers_exactly_through_their_indexes(
     assert list(response.context["cl"].result_list) == []
 
     plan = sqlite_plan(page_query(queries, "tool_calling_toolexecution"))
-    for index in ("tc_exec_call_id", "tc_exec_task_id", "tc_exec_error_id", "tc_exec_tool_"):
+    indexes = ("tc_exec_call_id", "tc_exec_task_id", "tc_exec_error_id", "tc_exec_worker")
+    for index in (*indexes, "tc_exec_tool_"):
         assert f"INDEX {index}" in plan, plan
     assert "SCAN tool_calling_toolexecution" not in plan, plan

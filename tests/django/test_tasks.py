@@ -821,7 +821,7 @@ def test_the_admin_shows_where_a_call_ran_and_never_its_working_data(admin_clien
     call = new_call(payload={"arguments": "{}", "context": {"token": SENTINEL}})
     worker.claim(call.pk, task_id="task-42", worker="celery@w1 (pid 7)")
     changelist = reverse("admin:tool_calling_toolexecution_changelist")
-    page = admin_client.get(changelist, {"mode__exact": "celery", "q": "celery@w1"})
+    page = admin_client.get(changelist, {"mode__exact": "celery", "q": "celery@w1 (pid 7)"})
     assert page.status_code == 200
     assert list(page.context["cl"].result_list) == [reload(call)]
     detail = admin_client.get(reverse("admin:tool_calling_toolexecution_change", args=[call.pk]))

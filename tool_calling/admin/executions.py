@@ -48,9 +48,10 @@ class ToolExecutionAdmin(ScaledModelAdmin):
     date_hierarchy = "created_at"
     # The audit grows without bound: a search matches an identifier exactly, through an index
     # each (a substring search reads every row: 0.7-0.9 s at a million rows).
-    search_fields = ("tool_name", "tool_call_id", "task_id", "error_id")
+    search_fields = ("tool_name", "tool_call_id", "task_id", "error_id", "worker")
     search_help_text = _(
-        "A tool name, a tool call id, a task id or an error id (as given to the model), exactly."
+        "A tool name, a tool call id, a task id, an error id (as given to the model) or a "
+        "worker (as shown on a call), exactly."
     )
     # The working data (exact arguments, context and result, not redacted) is never shown.
     exclude = ("payload",)
@@ -58,7 +59,7 @@ class ToolExecutionAdmin(ScaledModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: Any, search_term: str
     ) -> tuple[Any, bool]:
-        """Rows whose tool name, call id, task id or error id is ``search_term``."""
+        """Rows whose tool name, call id, task id, error id or worker is ``search_term``."""
         term = search_term.strip()
         if not term:
             return queryset, False
