@@ -5,7 +5,8 @@
 benchmark can count statements and write transactions and replay the same statements with the
 database driver alone (:class:`RawReplay`): the floor the framework is measured against.
 
-:func:`postgres_database` creates a database for one benchmark run on a PostgreSQL server
+:func:`setup_django` sets Django up for a benchmark's child process. :func:`postgres_database`
+creates a database for one benchmark run on a PostgreSQL server
 (``auto``: the throwaway server of scripts/setup_postgres.sh) and drops it afterwards.
 
 Imported after ``django.setup()`` where it touches Django; the standard library otherwise.
@@ -351,6 +352,27 @@ def set_sequence_values(values: dict[str, int]) -> None:
 
 
 # -- throwaway PostgreSQL databases ---------------------------------------------------------------
+
+
+def setup_django(database_url: str, name: str) -> None:
+    """Set Django up on the example project's settings with ``database_url``, then migrate.
+
+    DEBUG off (with it on, Django records every query, which production does not pay), a
+    throwaway secret key, and tool_calling's INFO lines kept off the console.
+    """
+    os.environ["DATABASE_URL"] = database_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
+    os.environ["DJANGO_DEBUG"] = "false"
+    os.environ.setdefault("DJANGO_SECRET_KEY", f"benchmarks-{name}-not-a-secret")
+    import logging
+
+    import django
+
+    django.setup()
+    logging.getLogger("tool_calling").setLevel(logging.WARNING)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
 
 
 def postgres_server(url: str) -> str:

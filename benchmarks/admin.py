@@ -65,6 +65,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import _database  # noqa: E402
+
 ROWS = 1_000_000
 TOOLS = 500
 SPAN_DAYS = 90
@@ -81,27 +83,16 @@ LABELS = {"sqlite": "SQLite (WAL)", "postgresql": "PostgreSQL"}
 
 
 def _setup_django(database_url: str) -> None:
-    os.environ["DATABASE_URL"] = database_url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
-    # DEBUG off: with DEBUG on Django records every query, which production does not pay.
-    os.environ["DJANGO_DEBUG"] = "false"
-    os.environ.setdefault("DJANGO_SECRET_KEY", "benchmarks-admin-not-a-secret")
-    import django
-
-    django.setup()
     import logging
 
-    logging.getLogger("tool_calling").setLevel(logging.WARNING)
-    logging.getLogger("django.request").setLevel(logging.ERROR)
     from django.test.utils import override_settings
 
+    _database.setup_django(database_url, "admin")
+    logging.getLogger("django.request").setLevel(logging.ERROR)
     # A process-local cache (the project's is Redis): the overview caches past days' tokens.
     override_settings(
         CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     ).enable()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 # -- seeding ---------------------------------------------------------------------------------------
@@ -754,38 +745,8 @@ def _sqlite_database() -> Iterator[str]:
         yield f"sqlite:///{Path(tmp) / 'admin.sqlite3'}"
 
 
-@contextmanager
-def _postgres_database(url: str) -> Iterator[str]:
-    import dj_database_url
-    import psycopg
-
-    if url == "auto":
-        started = subprocess.run(
-            ["bash", str(ROOT / "scripts" / "setup_postgres.sh")],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        url = started.stdout.strip().splitlines()[-1]
-    config = dj_database_url.parse(url)
-    name = f"tc_bench_admin_{os.getpid()}"
-    admin = {
-        "host": config.get("HOST") or None,
-        "port": config.get("PORT") or None,
-        "user": config.get("USER") or None,
-        "password": config.get("PASSWORD") or None,
-        "dbname": config.get("NAME") or "postgres",
-        "autocommit": True,
-    }
-    with psycopg.connect(**admin) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base, _, query = url.partition("?")
-    try:
-        yield base.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else "")
-    finally:
-        with psycopg.connect(**admin) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def _postgres_database(url: str) -> Any:
+    return _database.postgres_database(url, "tc_bench_admin")
 
 
 def _table(result: dict[str, Any]) -> str:

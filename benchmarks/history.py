@@ -114,21 +114,7 @@ TOP_PHASES = (
 
 
 def _setup_django(database_url: str) -> None:
-    os.environ["DATABASE_URL"] = database_url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
-    # DEBUG off: with DEBUG on Django records every query, which is not what production pays.
-    os.environ["DJANGO_DEBUG"] = "false"
-    os.environ.setdefault("DJANGO_SECRET_KEY", "benchmarks-history-not-a-secret")
-    import django
-
-    django.setup()
-    import logging
-
-    # The INFO lines of tool_calling would go to the console on every turn; keep them out.
-    logging.getLogger("tool_calling").setLevel(logging.WARNING)
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    _database.setup_django(database_url, "history")
 
 
 class _Clock:
