@@ -8,17 +8,14 @@ and call is the admin's governance; every call is a ``ToolExecution`` row.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
-import httpx2
 import pytest
 from django.contrib.auth.models import Group, User
 from django.test import override_settings
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from rest_framework.authtoken.models import Token
 
@@ -28,11 +25,11 @@ from tool_calling.asgi import get_asgi_application, with_mcp
 from tool_calling.exceptions import ToolFailure
 from tool_calling.mcp.serving import approval_text
 
+from ._client import run, session, tool_names
 from ._servers import UvicornThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-T = TypeVar("T")
 S = models.ExecutionStatus
 
 INITIALIZE = {
@@ -112,41 +109,13 @@ def site() -> Iterator[str]:
         yield f"http://127.0.0.1:{server.port}/mcp/"
 
 
-def _run(coroutine: Awaitable[T], timeout: float = 30) -> T:
-    return asyncio.run(asyncio.wait_for(coroutine, timeout))  # type: ignore[arg-type]
-
-
-async def _session(url: str, token: str | None, use: Callable[[ClientSession], Awaitable[T]]) -> T:
-    """Open an MCP session with ``token``, run ``use`` on it (its exception raised as is)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    outcome: list[Any] = []
-    async with httpx2.AsyncClient(headers=headers, timeout=20) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                try:
-                    outcome.append(await use(session))
-                except Exception as exc:
-                    outcome.append(exc)
-    if isinstance(outcome[0], Exception):
-        raise outcome[0]
-    return outcome[0]  # type: ignore[no-any-return]
-
-
-def tool_names(url: str, token: str) -> list[str]:
-    async def names(session: ClientSession) -> list[str]:
-        return [t.name for t in (await session.list_tools()).tools]
-
-    return _run(_session(url, token, names))
-
-
 def calls(url: str, token: str, *requests: tuple[str, dict[str, Any]]) -> list[Any]:
     """Make ``requests`` (name, arguments) in one session; their results, in order."""
 
-    async def make(session: ClientSession) -> list[Any]:
-        return [await session.call_tool(name, arguments) for name, arguments in requests]
+    async def make(opened: ClientSession) -> list[Any]:
+        return [await opened.call_tool(name, arguments) for name, arguments in requests]
 
-    return _run(_session(url, token, make))
+    return run(session(url, token, make))
 
 
 def text_of(result: Any) -> tuple[str, bool]:

@@ -7,17 +7,14 @@ for the refusals. Every wait is bounded.
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
-import httpx2
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tool_calling import FunctionToolCallback, ToolDefinitionError, tool, tool_callbacks
@@ -30,11 +27,10 @@ from tool_calling.core.mcp import (
 )
 
 from . import served_tools
+from ._client import run, session, tool_names
 from ._servers import UvicornThread
 
 pytestmark = pytest.mark.integration
-
-T = TypeVar("T")
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -56,49 +52,19 @@ def served() -> Iterator[UvicornThread]:
         yield server
 
 
-def _run(coroutine: Awaitable[T], timeout: float = 20) -> T:
-    return asyncio.run(asyncio.wait_for(coroutine, timeout))  # type: ignore[arg-type]
-
-
-async def _with_session(
-    url: str, token: str | None, use: Callable[[ClientSession], Awaitable[T]]
-) -> T:
-    """Open a session, run ``use`` on it; its exception is raised as is (not in a group)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    outcome: list[Any] = []
-    async with httpx2.AsyncClient(headers=headers, timeout=10) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                try:
-                    outcome.append(await use(session))
-                except Exception as exc:
-                    outcome.append(exc)
-    if isinstance(outcome[0], Exception):
-        raise outcome[0]
-    return outcome[0]  # type: ignore[no-any-return]
-
-
-def _tool_names(url: str, token: str) -> list[str]:
-    async def names(session: ClientSession) -> list[str]:
-        return [t.name for t in (await session.list_tools()).tools]
-
-    return _run(_with_session(url, token, names))
-
-
 def _call(
     url: str, token: str, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
 ) -> Any:
-    async def call(session: ClientSession) -> Any:
-        return await session.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+    async def call(opened: ClientSession) -> Any:
+        return await opened.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
 
-    return _run(_with_session(url, token, call))
+    return run(session(url, token, call))
 
 
 def test_s17_principals_see_their_own_tool_lists(served: UvicornThread) -> None:
     """A low-privilege principal's tools/list excludes the admin tools."""
-    bob = _tool_names(served.url, "bob-token")
-    alice = _tool_names(served.url, "alice-token")
+    bob = tool_names(served.url, "bob-token")
+    alice = tool_names(served.url, "alice-token")
     assert bob == ["add", "cancel_order", "crash", "whoami"]
     assert alice == ["add", "cancel_order", "crash", "drop_tables", "whoami"]
 
@@ -210,7 +176,7 @@ def test_other_paths_go_to_the_fallback_app_and_lifespan_never_does() -> None:
     with UvicornThread(app) as server:
         other = httpx.get(f"http://127.0.0.1:{server.port}/admin/", timeout=10)
         assert other.text == "django here"
-        assert _tool_names(server.url, "bob-token")[0] == "add"
+        assert tool_names(server.url, "bob-token")[0] == "add"
     assert seen == ["http"]
 
 
