@@ -234,6 +234,7 @@ def test_conversations_show_their_message_counts(admin_client: Any) -> None:
 
 
 def sqlite_plan(sql: str) -> str:
+    """SQLite's plan of ``sql`` (tests/settings.py: these tests always run on SQLite)."""
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
         return " | ".join(str(row[-1]) for row in cursor.fetchall())
@@ -245,7 +246,6 @@ def page_query(queries: list[str], table: str) -> str:
     return sql
 
 
-@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's plans")
 @pytest.mark.parametrize(
     ("url", "params", "table", "index"),
     [
@@ -269,7 +269,6 @@ def test_the_page_queries_walk_an_index_in_the_lists_order(
     assert "TEMP B-TREE FOR ORDER BY" not in plan, plan
 
 
-@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's plans")
 def test_the_audit_search_matches_identifiers_exactly_through_their_indexes(
     admin_client: Any,
 ) -> None:

@@ -17,6 +17,7 @@ from django.db import connections
 from django.test import override_settings
 
 from tests.django._tools import registered, tool_calling_settings
+from tests.postgres.conftest import SETUP_TIMEOUT
 from tool_calling import models, tool
 from tool_calling.core.chat.advisors.tool_search import SEARCH_TOOL_NAME
 from tool_calling.governance import governed_chat_client
@@ -25,6 +26,20 @@ from tool_calling.search import DatabaseDiscoveryStore, PostgresToolIndex, disco
 from tool_calling.testing import ScriptedChatModel, text, tool_call
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("backend")]
+
+ONLY_POSTGRESQL = pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(
+            "postgresql",
+            id="postgresql",
+            marks=[pytest.mark.postgres, pytest.mark.timeout(SETUP_TIMEOUT + 120)],
+        )
+    ],
+    indirect=True,
+    scope="module",
+)
+"""A test of the PostgreSQL backend alone (the module's other tests run on both)."""
 
 
 @tool
@@ -147,9 +162,8 @@ def test_the_postgres_index_ranks_with_full_text_search(backend):
     assert index.search("weather", 5) == []
 
 
+@ONLY_POSTGRESQL  # the SQLite refusal is tested above
 def test_the_postgres_index_only_finds_the_tools_it_was_given(backend):
-    if backend != "postgresql":
-        pytest.skip("PostgreSQL only; the SQLite refusal is tested above")
     index = PostgresToolIndex()
     index.index(_definitions(["pg_send_email", "pg_refund"]))
     # pg_weather_forecast has a Tool row, but this turn does not offer it.
@@ -157,9 +171,8 @@ def test_the_postgres_index_only_finds_the_tools_it_was_given(backend):
     assert index.search("email", 5) == ["pg_send_email"]
 
 
+@ONLY_POSTGRESQL  # checks.E014 refuses the index on other databases
 def test_a_governed_turn_searches_with_postgres(backend):
-    if backend != "postgresql":
-        pytest.skip("PostgreSQL only; checks.E014 refuses the index on other databases")
     user = User.objects.create_user("pg-alice")
     conversation = models.Conversation.objects.create(owner=user)
     model = ScriptedChatModel(
