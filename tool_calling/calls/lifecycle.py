@@ -144,11 +144,16 @@ def lease() -> datetime.timedelta:
     return datetime.timedelta(seconds=int(app_settings.EXECUTION["LEASE_SECONDS"]))
 
 
-def _guarded(name: str, execution_id: int, to: str | None = None) -> QuerySet[models.ToolExecution]:
+def _starts(name: str, to: str | None) -> Any:
+    """The states transition ``name`` starts from; it must be able to end in ``to``."""
     starts, ends = TRANSITIONS[name]
     if to is not None and to not in ends:
         raise ToolCallingError(f"Transition {name!r} cannot end in status {str(to)!r}.")
-    return models.ToolExecution.objects.filter(pk=execution_id, status__in=starts)
+    return starts
+
+
+def _guarded(name: str, execution_id: int, to: str | None = None) -> QuerySet[models.ToolExecution]:
+    return models.ToolExecution.objects.filter(pk=execution_id, status__in=_starts(name, to))
 
 
 def _guarded_update(name: str, ref: CallRef, to: str, values: dict[str, Any], **where: Any) -> int:
@@ -157,9 +162,7 @@ def _guarded_update(name: str, ref: CallRef, to: str, values: dict[str, Any], **
     The same guard as :func:`_guarded` plus the attempt (and ``where``): for the transitions
     every call makes.
     """
-    starts, ends = TRANSITIONS[name]
-    if to not in ends:
-        raise ToolCallingError(f"Transition {name!r} cannot end in status {str(to)!r}.")
+    starts = _starts(name, to)
     guard = {"pk": ref.execution_id, "status": tuple(starts), "attempt": ref.attempt}
     if "status" in where:  # a narrower start than the transition allows
         start = where.pop("status")
