@@ -80,8 +80,8 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("memory_load", "tool_calling.conversations", "TurnLog.find_by_conversation_id"),
     ("memory_save", "tool_calling.conversations", "TurnLog.add"),
     ("limit_counting", "tool_calling.core.execution.manager", "find_breaches"),
-    ("governed_call", "tool_calling.governance", "GovernedToolCallingManager._governed_call"),
-    ("recheck", "tool_calling.calls.running", "call_rules"),
+    ("governed_call", "tool_calling.governance", "GovernedToolCallingManager.call_tool"),
+    ("recheck", "tool_calling.calls.running", "admit"),
     ("audit", "tool_calling.calls.lifecycle", "record_started"),
     ("audit", "tool_calling.calls.lifecycle", "finish"),
     ("audit", "tool_calling.calls.lifecycle", "record_refused"),
@@ -819,8 +819,8 @@ def main(argv: list[str] | None = None) -> int:
         "claim + release (conversations.claim_conversation / release_conversation), memory load "
         "(TurnLog.find_by_conversation_id), memory save (TurnLog.add), limit counting "
         "(the manager's find_breaches), governed call "
-        "(GovernedToolCallingManager._governed_call, tool excluded; of which the re-check, "
-        "calls.running's call_rules, and the audit, "
+        "(GovernedToolCallingManager.call_tool, tool excluded; of which the re-check, "
+        "the gate's admit, and the audit, "
         "calls.lifecycle's record_started + finish), governed tools (the turn's GovernedTools "
         "snapshot). Rest = framework - the six top-level phases (the core loop, advisors, "
         "the client)."

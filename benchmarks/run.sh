@@ -4,7 +4,9 @@
 # runs benchmarks/NAME.py with the rest, e.g. `bash benchmarks/run.sh turn --profile`; without one
 # it runs benchmarks/dispatch.py, e.g. `bash benchmarks/run.sh --json bench.json --profile`.
 # `bash benchmarks/run.sh celery_calls` runs benchmarks/celery_calls.py, which starts its own
-# redis-server and Celery workers (with this venv's Python) and stops them at the end. No file
+# redis-server and Celery workers (with this venv's Python) and stops them at the end;
+# `bash benchmarks/run.sh concurrency` starts the main job itself (scripts/devserver.py, with this
+# venv's Python) and N concurrent users against it. No file
 # here is named like an installed package or a standard-library module: run as a script, a
 # benchmark's directory comes first on sys.path, where such a file would shadow it.
 set -euo pipefail

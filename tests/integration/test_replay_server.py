@@ -530,3 +530,245 @@ def test_a_bad_chunk_delay_is_refused_with_its_value(value: object) -> None:
         f"ReplayServer step 1: 'chunk_delay' must be a number of seconds (0 or more), "
         f"got {value!r}."
     )
+
+
+def test_a_step_reports_the_usage_it_is_given_called_or_streamed() -> None:
+    step = {"text": "Sunny.", "usage": {"prompt_tokens": 52, "completion_tokens": 2}}
+    total = {
+        "text": "Sunny.",
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 9},
+    }
+    with ReplayServer([step, step, total]) as server:
+        model = model_for(server)
+        called = model.call(Prompt("Weather?"))
+        streamed = list(model.stream(Prompt("Weather?")))
+        given_total = model.call(Prompt("Weather?"))
+
+    expected = {"prompt_tokens": 52, "completion_tokens": 2, "total_tokens": 54}
+    assert called.metadata["usage"] == expected
+    assert streamed[-1].metadata["usage"] == expected
+    assert given_total.metadata["usage"] == {
+        "prompt_tokens": 1,
+        "completion_tokens": 2,
+        "total_tokens": 9,
+    }
+
+
+@pytest.mark.parametrize(
+    "usage", [{"prompt_tokens": -1}, {"prompt_tokens": True}, {"tokens": 3}, [52, 2]]
+)
+def test_a_bad_usage_is_refused_with_its_value(usage: object) -> None:
+    with pytest.raises(ValueError) as caught:
+        ReplayServer([{"text": "x", "usage": usage}])
+    assert str(caught.value) == (
+        "ReplayServer step 1: 'usage' must map prompt_tokens, completion_tokens and "
+        f"total_tokens to counts (0 or more), got {usage!r}."
+    )
+
+
+# -- latency and concurrency (asyncio) -----------------------------------------------------------
+
+
+def _threads() -> int:
+    """The OS threads of this process (Python's own count where /proc is missing)."""
+    try:
+        return len(list(Path("/proc/self/task").iterdir()))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+async def _raw_post(port: int, body: bytes) -> tuple[int, bytes]:
+    """POST ``body`` on a connection of its own (asyncio streams: no thread, no pool)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: replay\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    await writer.drain()
+    answer = await reader.read()  # Connection: close, so the answer ends at EOF
+    writer.close()
+    await writer.wait_closed()
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+def test_two_hundred_delayed_answers_in_flight_hold_no_thread_each() -> None:
+    """A delayed answer costs a coroutine: 200 at once, each waiting 1 s, add no thread."""
+    weather = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": WEATHER.input_schema},
+    }
+    plain = json.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "weather in Oslo"}],
+            "tools": [weather],
+        }
+    ).encode()
+    streamed = json.dumps(
+        {"model": "m", "stream": True, "messages": [{"role": "user", "content": "Hello"}]}
+    ).encode()
+
+    async def run(port: int, before: int) -> tuple[list[tuple[int, bytes]], int]:
+        peak = before
+        done = asyncio.Event()
+
+        async def sample() -> None:
+            nonlocal peak
+            while not done.is_set():
+                peak = max(peak, _threads())
+                await asyncio.sleep(0.02)
+
+        sampler = asyncio.create_task(sample())
+        answers = await asyncio.gather(
+            *(_raw_post(port, plain if n % 2 else streamed) for n in range(200))
+        )
+        done.set()
+        await sampler
+        return answers, peak
+
+    with ReplayServer(mode="demo", delay=1.0) as server:
+        before = _threads()
+        answers, peak = asyncio.run(run(server.port, before))
+        received = len(server.requests)
+
+    assert received == 200
+    assert [status for status, _ in answers] == [200] * 200
+    completions = [json.loads(body) for _, body in answers[1::2]]
+    assert {
+        c["choices"][0]["message"]["tool_calls"][0]["function"]["name"] for c in completions
+    } == {"get_weather"}
+    assert all(body.endswith(b"data: [DONE]\n\n") for _, body in answers[0::2])
+    # The server's one thread was running before the requests; the threaded server it replaces
+    # started one per request (201 here).
+    assert peak == before, (before, peak)
+
+
+def test_delay_applies_to_every_demo_answer() -> None:
+    with ReplayServer(mode="demo", delay=5) as server:
+        model = model_for(server, timeout=0.3)
+        with pytest.raises(ChatModelTimeoutError):
+            model.call(with_tools("Hello there", WEATHER))
+
+
+def test_a_step_of_its_own_overrides_the_default_delay() -> None:
+    with ReplayServer([{"text": "at once", "delay": 0}], delay=30) as server:
+        response = model_for(server, timeout=10).call(Prompt("Hi"))
+    assert response.result is not None and response.result.output.text == "at once"
+
+
+def test_the_default_chunk_delay_spreads_streamed_demo_answers() -> None:
+    with ReplayServer(mode="demo", chunk_delay=0.2) as server:
+        started = time.monotonic()
+        arrivals = [
+            time.monotonic() - started
+            for chunk in model_for(server).stream(Prompt("one two three four five six"))
+            if chunk.result and chunk.result.output.text
+        ]
+    assert len(arrivals) >= 3
+    # The role chunk goes first; every later chunk waited 0.2 s after the one before it.
+    assert all(b - a >= 0.15 for a, b in zip(arrivals, arrivals[1:], strict=False)), arrivals
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("delay", -1), ("chunk_delay", "soon"), ("delay", True)]
+)
+def test_a_bad_default_delay_is_refused_with_its_value(name: str, value: object) -> None:
+    with pytest.raises(ValueError) as caught:
+        ReplayServer(mode="demo", **{name: value})
+    assert str(caught.value) == (
+        f"ReplayServer {name} must be a number of seconds (0 or more), got {value!r}."
+    )
+
+
+def test_a_kept_alive_connection_serves_request_after_request() -> None:
+    import http.client
+
+    with ReplayServer([text("one"), text("two")]) as server:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        texts, sockets = [], []
+        for _ in range(2):
+            connection.request(
+                "POST",
+                "/v1/chat/completions",
+                json.dumps({"messages": []}),
+                {"Content-Type": "application/json"},
+            )
+            response = connection.getresponse()
+            texts.append(json.loads(response.read())["choices"][0]["message"]["content"])
+            sockets.append(connection.sock)
+        connection.close()
+    assert texts == ["one", "two"]
+    assert sockets[0] is sockets[1] and sockets[0] is not None
+
+
+def test_a_chunked_request_body_is_read() -> None:
+    import http.client
+
+    with ReplayServer([text("chunked ok")]) as server:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        body = [b'{"messages": ', b'[{"role": "user", "content": "Hi"}]}']
+        connection.request(
+            "POST",
+            "/v1/chat/completions",
+            iter(body),
+            {"Content-Type": "application/json"},
+            encode_chunked=True,
+        )
+        answer = json.loads(connection.getresponse().read())
+        connection.close()
+        recorded = server.requests
+    assert answer["choices"][0]["message"]["content"] == "chunked ok"
+    assert recorded == [{"messages": [{"role": "user", "content": "Hi"}]}]
+
+
+def test_the_command_line_takes_a_delay() -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "tool_calling.testing.server",
+        "--port",
+        "0",
+        "--quiet",
+        "--delay",
+        "5",
+        "--chunk-delay",
+        "0.1",
+    ]
+    with subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            output = []
+            for line in process.stdout:
+                output.append(line)
+                if line.startswith("Listening on "):
+                    break
+            banner = "".join(output)
+            match = re.search(r"Listening on (http://127\.0\.0\.1:\d+/v1)", banner)
+            assert match is not None, banner
+            model = OpenAIChatModel(
+                "replay-model", base_url=match.group(1), max_retries=0, timeout=0.3
+            )
+            with pytest.raises(ChatModelTimeoutError):
+                model.call(with_tools("Hello", WEATHER))
+        finally:
+            process.terminate()
+    assert "Simulated latency: 5 s before each answer, 0.1 s between the chunks" in banner
+
+
+def test_the_command_line_refuses_a_negative_delay() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tool_calling.testing.server", "--delay", "-1"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "argument --delay: must be a number of seconds (0 or more), got '-1'" in result.stderr

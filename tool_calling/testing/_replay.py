@@ -9,7 +9,12 @@ Standard library only. From tests::
 From a shell (the demo answers rule-based when no real model is configured)::
 
     python -m tool_calling.testing.server --host 127.0.0.1 --port 8765 [--script FILE.json]
-        [--mode scripted|demo]
+        [--mode scripted|demo] [--delay SECONDS] [--chunk-delay SECONDS]
+
+One asyncio event loop in one daemon thread serves every connection: an answer waiting out a
+delay costs a coroutine, not a thread, so the server answers hundreds of slow requests at once
+(a model simulator must not be the bottleneck of the load it is used to measure). Connections
+are HTTP/1.1 and kept alive between non-streamed answers; a streamed answer closes its own.
 
 Script steps (JSON), one consumed per chat completion request:
 
@@ -22,25 +27,42 @@ Script steps (JSON), one consumed per chat completion request:
 - ``{"chunk_delay": seconds, ...}``: when the answer is streamed, wait this long between its
   chunks, so that clients see the text arrive in pieces over time (ignored unless streamed).
 - ``{"finish_reason": "length", ...}``: overrides the finish reason of an answer.
+- ``{"usage": {"prompt_tokens": 52, "completion_tokens": 2}, ...}``: the token counts the answer
+  reports (``total_tokens`` is their sum unless given); by default the words of the request's
+  messages and of the answer are counted.
 
 In tests a step may also be a callable ``(request_body) -> step``, or an object with a
-``to_replay_step()`` method (the builders of ``tool_calling.testing``).
+``to_replay_step()`` method (the builders of ``tool_calling.testing``). A callable runs on the
+server's event loop: it must not block (a slow answer is a step with a ``"delay"``).
+
+Latency, for demos and load tests: ``delay=`` (``--delay``) makes every answer whose step has no
+``"delay"`` of its own wait that many seconds before its first byte, as a model takes time
+before it answers; in demo mode that is every answer. A streamed answer then sends all its
+chunks at once, so a streamed and a non-streamed answer take the same time (``delay``), unless
+``chunk_delay=`` (``--chunk-delay``) spreads them: it waits that long before each chunk after
+the first, as ``"chunk_delay"`` does for one step (and a step's own value wins).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import contextlib
+import http.client
+import io
 import json
 import re
 import signal
+import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from email.utils import formatdate
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tool_calling.testing._chunks import count_words, split_arguments, split_text
@@ -61,6 +83,7 @@ _STEP_KEYS = frozenset(
         "delay",
         "chunk_delay",
         "finish_reason",
+        "usage",
     }
 )
 _MODES = ("scripted", "demo")
@@ -71,6 +94,26 @@ _STOPWORDS = frozenset(
     would you your get set find about named called""".split()
 )
 _PREPOSITIONS = frozenset({"in", "for", "of", "at", "to", "from", "about", "named", "called"})
+
+_SERVER_HEADER = "ReplayServer/1.0"
+_BACKLOG = 2048
+"""Pending connections the kernel queues (capped by net.core.somaxconn): a load test opens
+hundreds at the same moment, and a short queue (socketserver's is 5) makes clients wait for
+SYN retries, seconds each, that the server never caused."""
+_MAX_HEAD = 64 * 1024
+"""Longest request line plus headers; a longer head answers 431."""
+_IDLE_SECONDS = 120.0
+"""A kept-alive connection that sends no new request for this long is closed."""
+_STARTUP_SECONDS = 10.0
+
+
+def _seconds(value: Any, what: str) -> float:
+    """``value`` as a number of seconds (0 or more), or a ``ValueError`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(
+            f"ReplayServer {what} must be a number of seconds (0 or more), got {value!r}."
+        )
+    return float(value)
 
 
 class ReplayServer:
@@ -84,6 +127,8 @@ class ReplayServer:
 
     It also serves ``GET /v1/models`` and ``GET /_requests`` (what it received, as JSON). The
     ``Authorization`` header is accepted without checking; whether one was sent is recorded.
+    Every connection is served by one asyncio event loop in one daemon thread, so a delayed
+    answer holds no thread of its own.
     """
 
     def __init__(
@@ -95,6 +140,8 @@ class ReplayServer:
         port: int = 0,
         model: str = "replay-model",
         log_requests: bool = False,
+        delay: float = 0.0,
+        chunk_delay: float = 0.0,
     ) -> None:
         """Create the server; :meth:`start` (or ``with``) runs it in a daemon thread.
 
@@ -105,9 +152,13 @@ class ReplayServer:
             port: Port to bind; 0 picks a free one.
             model: Model name listed by ``/v1/models`` when requests name none.
             log_requests: Print one line per request to stderr.
+            delay: Seconds every answer waits before its first byte, unless its step says
+                otherwise (``"delay"``): a model's latency, for demos and load tests.
+            chunk_delay: Seconds between the chunks of a streamed answer, unless its step says
+                otherwise (``"chunk_delay"``); 0 sends them together after ``delay``.
 
         Raises:
-            ValueError: unknown mode or a malformed step.
+            ValueError: unknown mode, a malformed step, or a delay that is not 0 or more.
         """
         if mode not in _MODES:
             raise ValueError(f"ReplayServer mode must be 'scripted' or 'demo', got {mode!r}.")
@@ -115,6 +166,8 @@ class ReplayServer:
         self.host = host
         self.model = model
         self.log_requests = log_requests
+        self.delay = _seconds(delay, "delay")
+        self.chunk_delay = _seconds(chunk_delay, "chunk_delay")
         self._steps = [_normalise_step(step, f"step {n}") for n, step in enumerate(steps, 1)]
         self._requested_port = port
         self._port = port
@@ -129,35 +182,57 @@ class ReplayServer:
             if call.get("id")
         }
         self._next_id = 1
+        # The answers are made on the loop's thread; the lock guards what other threads read.
         self._lock = threading.Lock()
-        self._httpd: _HTTPServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> ReplayServer:
-        """Bind and serve in a daemon thread; return ``self``."""
-        if self._httpd is not None:
+        """Bind and serve in a daemon thread; return ``self``.
+
+        Raises:
+            OSError: the address cannot be bound (raised here, in the caller's thread).
+            RuntimeError: the server is already running.
+        """
+        if self._thread is not None:
             raise RuntimeError("ReplayServer is already running.")
-        self._httpd = self._bind()
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
+        sock = self._bind()
+        loop = asyncio.new_event_loop()
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        thread = threading.Thread(
+            target=self._run_loop,
+            args=(loop, sock, started),
             name=f"ReplayServer:{self.port}",
             daemon=True,
         )
-        self._thread.start()
+        thread.start()
+        try:
+            started.result(timeout=_STARTUP_SECONDS)
+        except BaseException:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            sock.close()
+            raise
+        self._loop, self._thread = loop, thread
         return self
 
     def stop(self) -> None:
-        """Stop serving and release the port."""
-        httpd, thread = self._httpd, self._thread
-        self._httpd = self._thread = None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
+        """Stop serving, close every open connection and release the port."""
+        loop, thread = self._loop, self._thread
+        self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        # A loop blocked by a callable step that never returns cannot be closed in time: the
+        # thread is a daemon, and the port is released when the process ends.
+        with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(self._close(), loop).result(timeout=5)
+        with contextlib.suppress(RuntimeError):  # the loop already closed
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
 
     def __enter__(self) -> ReplayServer:
         return self.start()
@@ -165,11 +240,55 @@ class ReplayServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def _bind(self) -> _HTTPServer:
-        httpd = _HTTPServer((self.host, self._requested_port), _Handler)
-        httpd.replay = self
-        self._port = int(httpd.server_address[1])
-        return httpd
+    def _bind(self) -> socket.socket:
+        # Bound here, in the caller's thread, so that a port in use raises where start() was
+        # called and the port is known before start() returns.
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        try:
+            # As socketserver's allow_reuse_address: a test restarting on the same port does not
+            # wait for the previous server's connections in TIME_WAIT.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._requested_port))
+            sock.listen(_BACKLOG)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self._port = int(sock.getsockname()[1])
+        return sock
+
+    def _run_loop(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        started: concurrent.futures.Future[None],
+    ) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            try:
+                self._server = loop.run_until_complete(
+                    asyncio.start_server(self._serve_connection, sock=sock, limit=_MAX_HEAD)
+                )
+            except BaseException as exc:
+                started.set_exception(exc)
+                return
+            started.set_result(None)
+            loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()  # closes the listening socket: the port is free from here on
+        connections = list(self._connections)
+        for task in connections:
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+        if server is not None:
+            await server.wait_closed()
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -250,10 +369,16 @@ class ReplayServer:
         ]
         text = step.get("text")
         finish = step.get("finish_reason") or ("tool_calls" if calls else "stop")
-        completion_tokens = count_words(text) + count_words(
-            *(f"{c['function']['name']} {c['function']['arguments']}" for c in calls)
-        )
-        prompt_tokens = _prompt_words(body)
+        reported = step.get("usage") or {}
+        completion_tokens = reported.get("completion_tokens")
+        if completion_tokens is None:
+            completion_tokens = count_words(text) + count_words(
+                *(f"{c['function']['name']} {c['function']['arguments']}" for c in calls)
+            )
+        prompt_tokens = reported.get("prompt_tokens")
+        if prompt_tokens is None:
+            prompt_tokens = _prompt_words(body)
+        total_tokens = reported.get("total_tokens", prompt_tokens + completion_tokens)
         return _Answer(
             completion_id=f"chatcmpl-replay-{number}",
             model=str(body.get("model") or self.model),
@@ -263,9 +388,165 @@ class ReplayServer:
             usage={
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
+                "total_tokens": total_tokens,
             },
         )
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Serve the requests of one connection, one after another, until either side closes."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple) and peer else "-"
+        try:
+            while True:
+                try:
+                    request = await _read_request(reader)
+                except _BadRequest as bad:
+                    exchange = _Exchange(self, writer, client, None)
+                    await exchange.send_json(bad.status, _error_body(bad.message, "bad_request"))
+                    return
+                if request is None:
+                    return
+                exchange = _Exchange(self, writer, client, request)
+                await self._handle(exchange)
+                if not exchange.keep_alive:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):  # the client went away
+            pass
+        finally:
+            if task is not None:
+                self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _handle(self, exchange: _Exchange) -> None:
+        request = exchange.request
+        assert request is not None
+        path = request.target.split("?", 1)[0].rstrip("/")
+        if request.method == "GET":
+            await self._get(exchange, path)
+        elif request.method == "POST":
+            try:
+                await self._post(exchange, path)
+            except (ConnectionError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                # An answer says what went wrong; without one the client would retry until it
+                # reported a timeout. The traceback goes to stderr, as socketserver printed it.
+                exchange.keep_alive = False
+                print(
+                    f"ReplayServer: exception while answering {request.line!r} from "
+                    f"{exchange.client}:",
+                    file=sys.stderr,
+                )
+                traceback.print_exc()
+                if not exchange.started:
+                    with contextlib.suppress(OSError):
+                        await exchange.send_json(
+                            500,
+                            _error_body(f"ReplayServer failed: {exc!r}", "replay_server_error"),
+                        )
+        else:
+            exchange.keep_alive = False
+            await exchange.send_json(
+                501, _error_body(f"Unsupported method {request.method!r}", "not_implemented")
+            )
+
+    async def _get(self, exchange: _Exchange, path: str) -> None:
+        """Serve the model list and the recorded requests."""
+        if path in ("/v1/models", "/models"):
+            await exchange.send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": self.model,
+                            "object": "model",
+                            "created": CREATED,
+                            "owned_by": "tool_calling-replay",
+                        }
+                    ],
+                },
+            )
+        elif path == "/_requests":
+            await exchange.send_json(
+                200, {"requests": self.requests, "authorization": self.authorization}
+            )
+        else:
+            await exchange.send_json(404, _error_body(f"No route for GET {path}", "not_found"))
+
+    async def _post(self, exchange: _Exchange, path: str) -> None:
+        """Answer a chat completion request."""
+        if path not in ("/v1/chat/completions", "/chat/completions"):
+            await exchange.send_json(404, _error_body(f"No route for POST {path}", "not_found"))
+            return
+        request = exchange.request
+        assert request is not None
+        authorized = "Authorization" in request.headers
+        try:
+            body = json.loads(request.body or b"null")
+        except (ValueError, RecursionError):
+            number = self._record(None, authorized)
+            message = "The request body is not JSON (or is nested too deeply to parse)."
+            await exchange.send_json(
+                400, _error_body(message, "invalid_request_error"), number=number
+            )
+            return
+        number = self._record(body, authorized)
+        if not isinstance(body, Mapping):
+            await exchange.send_json(
+                400,
+                _error_body("The request body must be a JSON object.", "invalid_request_error"),
+                number=number,
+            )
+            return
+        try:
+            step = self._step_for(body, number)
+        except (TypeError, ValueError) as exc:
+            await exchange.send_json(
+                500, _error_body(f"ReplayServer: {exc}", "replay_step_error"), number=number
+            )
+            return
+        delay = step.get("delay")
+        delay = self.delay if delay is None else float(delay)
+        if delay:
+            await asyncio.sleep(delay)
+        stream = bool(body.get("stream"))
+        if "status" in step:
+            status = int(step["status"])
+            payload = step.get("body")
+            if payload is None:
+                payload = _error_body(
+                    f"Scripted {status} {_phrase(status)}",
+                    "server_error" if status >= 500 else "invalid_request_error",
+                )
+            await exchange.send_json(status, payload, step.get("headers"), number=number)
+            return
+        if step.get("malformed"):
+            bad = step["malformed"] if isinstance(step["malformed"], str) else _MALFORMED_BODY
+            if stream:
+                await exchange.send_events([bad], number, pause=0.0)
+            else:
+                await exchange.send_json(200, bad, step.get("headers"), number=number)
+            return
+        answer = self._answer(step, body, number)
+        if not stream:
+            await exchange.send_json(200, answer.completion(), step.get("headers"), number=number)
+            return
+        options = body.get("stream_options")
+        include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+        pause = step.get("chunk_delay")
+        pause = self.chunk_delay if pause is None else float(pause)
+        events = [json.dumps(chunk) for chunk in answer.chunks(include_usage)] + ["[DONE]"]
+        await exchange.send_events(events, number, pause=pause)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,23 +624,121 @@ class _Answer:
             yield {**base, "choices": [], "usage": self.usage}
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    replay: ReplayServer
+# -- HTTP/1.1 on asyncio streams -------------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _HTTPServer
-    server_version = "ReplayServer/1.0"
+class _BadRequest(Exception):
+    """A request that cannot be parsed: answered with ``status`` and the connection closed."""
 
-    # -- plumbing ------------------------------------------------------------------------------
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        if self.server.replay.log_requests:
-            sys.stderr.write(f"[replay] {self.address_string()} {format % args}\n")
 
-    def _send_json(
+@dataclass(frozen=True)
+class _Request:
+    line: str
+    method: str
+    target: str
+    headers: http.client.HTTPMessage
+    body: bytes
+    keep_alive: bool
+
+
+async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+    """The next request of a connection; ``None`` when the client closed it or stayed idle."""
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _IDLE_SECONDS)
+    except asyncio.IncompleteReadError as closed:
+        if closed.partial.strip():
+            raise _BadRequest(400, "The request ended before its headers did.") from None
+        return None
+    except TimeoutError:
+        return None
+    except asyncio.LimitOverrunError:
+        raise _BadRequest(431, "The request line and headers are too large.") from None
+    head = head.lstrip(b"\r\n")  # RFC 9112: a server ignores empty lines before a request
+    line_bytes, _, header_bytes = head.partition(b"\r\n")
+    line = line_bytes.decode("latin-1")
+    parts = line.split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise _BadRequest(400, f"Bad request line {line!r}.")
+    method, target, version = parts
+    try:
+        headers = http.client.parse_headers(io.BytesIO(header_bytes))
+    except http.client.HTTPException as exc:
+        raise _BadRequest(400, f"Bad request headers: {exc}") from None
+    if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
+        body = await _read_chunked(reader)
+    else:
+        raw_length = (headers.get("Content-Length") or "0").strip()
+        if not raw_length.isdigit():
+            raise _BadRequest(400, f"Bad Content-Length {raw_length!r}.")
+        length = int(raw_length)
+        body = await reader.readexactly(length) if length else b""
+    connection = (headers.get("Connection") or "").lower()
+    if version == "HTTP/1.0":
+        keep_alive = "keep-alive" in connection
+    else:
+        keep_alive = "close" not in connection
+    return _Request(line, method, target, headers, body, keep_alive)
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    """A body sent with ``Transfer-Encoding: chunked``, joined (trailers read and dropped)."""
+    parts: list[bytes] = []
+    while True:
+        size_line = await reader.readuntil(b"\r\n")
+        try:
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise _BadRequest(400, "Bad chunk size in a chunked body.") from None
+        if size == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                pass
+            return b"".join(parts)
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+
+
+class _Exchange:
+    """One request and its answer on a connection."""
+
+    def __init__(
+        self,
+        replay: ReplayServer,
+        writer: asyncio.StreamWriter,
+        client: str,
+        request: _Request | None,
+    ) -> None:
+        self.replay = replay
+        self.writer = writer
+        self.client = client
+        self.request = request
+        self.keep_alive = request is not None and request.keep_alive
+        self.started = False
+        """Whether anything of the answer was written (an error can then no longer be sent)."""
+
+    def _head(
+        self, status: int, headers: Sequence[tuple[str, object]], number: int | None
+    ) -> bytes:
+        lines = [
+            f"HTTP/1.1 {status} {_phrase(status)}",
+            f"Server: {_SERVER_HEADER}",
+            f"Date: {formatdate(usegmt=True)}",
+        ]
+        lines += [f"{name}: {value}" for name, value in headers]
+        if number is not None:
+            lines.append(f"x-request-id: req_replay_{number}")
+        return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+    def _log(self, status: int) -> None:
+        if self.replay.log_requests:
+            line = self.request.line if self.request is not None else "-"
+            sys.stderr.write(f'[replay] {self.client} "{line}" {status} -\n')
+
+    async def send_json(
         self,
         status: int,
         payload: object,
@@ -367,139 +746,43 @@ class _Handler(BaseHTTPRequestHandler):
         *,
         number: int | None = None,
     ) -> None:
+        """Answer with a JSON body (a string is sent as it is)."""
         data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if number is not None:
-            self.send_header("x-request-id", f"req_replay_{number}")
-        for name, value in (headers or {}).items():
-            self.send_header(name, str(value))
-        self.end_headers()
-        self.wfile.write(data)
+        fields: list[tuple[str, object]] = [
+            ("Content-Type", "application/json"),
+            ("Content-Length", len(data)),
+        ]
+        fields += list((headers or {}).items())
+        fields.append(("Connection", "keep-alive" if self.keep_alive else "close"))
+        self.started = True
+        self.writer.write(self._head(status, fields, number) + b"\r\n" + data)
+        self._log(status)
+        await self.writer.drain()
 
-    def _start_events(self, number: int) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self.send_header("x-request-id", f"req_replay_{number}")
-        self.end_headers()
+    async def send_events(self, events: Sequence[str], number: int, *, pause: float) -> None:
+        """Answer with a Server-Sent Events stream of ``events``, then close the connection.
 
-    def _send_event(self, data: str) -> None:
-        self.wfile.write(f"data: {data}\n\n".encode())
-        self.wfile.flush()
-
-    # -- routes --------------------------------------------------------------------------------
-
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        """Serve the model list and the recorded requests."""
-        path = self.path.split("?", 1)[0].rstrip("/")
-        replay = self.server.replay
-        if path in ("/v1/models", "/models"):
-            self._send_json(
-                200,
-                {
-                    "object": "list",
-                    "data": [
-                        {
-                            "id": replay.model,
-                            "object": "model",
-                            "created": CREATED,
-                            "owned_by": "tool_calling-replay",
-                        }
-                    ],
-                },
-            )
-        elif path == "/_requests":
-            self._send_json(
-                200, {"requests": replay.requests, "authorization": replay.authorization}
-            )
-        else:
-            self._send_json(404, _error_body(f"No route for GET {path}", "not_found"))
-
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-        """Answer chat completion requests; a failure of the server itself answers 500."""
-        try:
-            self._post()
-        except (BrokenPipeError, ConnectionResetError):  # the client went away
-            pass
-        except Exception as exc:
-            # Without this the thread dies, the connection drops unanswered and the client
-            # retries until it reports a timeout; an answer says what went wrong.
-            with contextlib.suppress(OSError):
-                self._send_json(
-                    500, _error_body(f"ReplayServer failed: {exc!r}", "replay_server_error")
-                )
-            raise  # socketserver prints the traceback
-
-    def _post(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path not in ("/v1/chat/completions", "/chat/completions"):
-            self._send_json(404, _error_body(f"No route for POST {path}", "not_found"))
+        With ``pause`` each event after the first waits that long; without, all go in one write.
+        """
+        self.keep_alive = False
+        fields: list[tuple[str, object]] = [
+            ("Content-Type", "text/event-stream"),
+            ("Cache-Control", "no-cache"),
+            ("Connection", "close"),
+        ]
+        self.started = True
+        self.writer.write(self._head(200, fields, number) + b"\r\n")
+        self._log(200)
+        if not pause:
+            self.writer.write(b"".join(f"data: {data}\n\n".encode() for data in events))
+            await self.writer.drain()
             return
-        replay = self.server.replay
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        try:
-            body = json.loads(raw or b"null")
-        except (ValueError, RecursionError):
-            number = replay._record(None, "Authorization" in self.headers)
-            message = "The request body is not JSON (or is nested too deeply to parse)."
-            self._send_json(400, _error_body(message, "invalid_request_error"), number=number)
-            return
-        number = replay._record(body, "Authorization" in self.headers)
-        if not isinstance(body, Mapping):
-            self._send_json(
-                400,
-                _error_body("The request body must be a JSON object.", "invalid_request_error"),
-                number=number,
-            )
-            return
-        try:
-            step = replay._step_for(body, number)
-        except (TypeError, ValueError) as exc:
-            self._send_json(
-                500, _error_body(f"ReplayServer: {exc}", "replay_step_error"), number=number
-            )
-            return
-        if step.get("delay"):
-            time.sleep(float(step["delay"]))
-        stream = bool(body.get("stream"))
-        if "status" in step:
-            status = int(step["status"])
-            payload = step.get("body")
-            if payload is None:
-                payload = _error_body(
-                    f"Scripted {status} {_phrase(status)}",
-                    "server_error" if status >= 500 else "invalid_request_error",
-                )
-            self._send_json(status, payload, step.get("headers"), number=number)
-            return
-        if step.get("malformed"):
-            bad = step["malformed"] if isinstance(step["malformed"], str) else _MALFORMED_BODY
-            if stream:
-                self._start_events(number)
-                self._send_event(bad)
-            else:
-                self._send_json(200, bad, step.get("headers"), number=number)
-            return
-        answer = replay._answer(step, body, number)
-        if not stream:
-            self._send_json(200, answer.completion(), step.get("headers"), number=number)
-            return
-        options = body.get("stream_options")
-        include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
-        pause = float(step.get("chunk_delay") or 0)
-        self._start_events(number)
-        try:
-            for index, chunk in enumerate(answer.chunks(include_usage)):
-                if pause and index:
-                    time.sleep(pause)
-                self._send_event(json.dumps(chunk))
-            self._send_event("[DONE]")
-        except (BrokenPipeError, ConnectionResetError):  # the client went away mid-stream
-            pass
+        await self.writer.drain()
+        for index, data in enumerate(events):
+            if index:
+                await asyncio.sleep(pause)
+            self.writer.write(f"data: {data}\n\n".encode())
+            await self.writer.drain()
 
 
 # -- steps -----------------------------------------------------------------------------------------
@@ -528,6 +811,16 @@ def _normalise_step(step: Any, where: str) -> Any:
                 f"ReplayServer {where}: {key!r} must be a number of seconds (0 or more), "
                 f"got {seconds!r}."
             )
+    usage = step.get("usage")
+    if usage is not None and (
+        not isinstance(usage, Mapping)
+        or set(usage) - {"prompt_tokens", "completion_tokens", "total_tokens"}
+        or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in usage.values())
+    ):
+        raise ValueError(
+            f"ReplayServer {where}: 'usage' must map prompt_tokens, completion_tokens and "
+            f"total_tokens to counts (0 or more), got {usage!r}."
+        )
     calls = step.get("tool_calls")
     if calls is not None:
         if not isinstance(calls, list) or not calls:
@@ -738,18 +1031,30 @@ def _load_script(path: str) -> list[Any]:
     return data
 
 
+def _seconds_argument(text: str) -> float:
+    try:
+        return _seconds(float(text), "delay")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds (0 or more), got {text!r}"
+        ) from None
+
+
 def _banner(server: ReplayServer) -> str:
     line = "=" * 78
-    return "\n".join(
-        [
-            line,
-            f"  tool_calling REPLAY SERVER ({server.mode} mode)",
-            "  THE ANSWERS ARE SCRIPTED. THEY DO NOT COME FROM A REAL MODEL.",
-            f"  OpenAI-compatible API at {server.base_url}/v1",
-            f"  e.g. OPENAI_BASE_URL={server.base_url}/v1",
-            line,
-        ]
-    )
+    lines = [
+        line,
+        f"  tool_calling REPLAY SERVER ({server.mode} mode)",
+        "  THE ANSWERS ARE SCRIPTED. THEY DO NOT COME FROM A REAL MODEL.",
+        f"  OpenAI-compatible API at {server.base_url}/v1",
+        f"  e.g. OPENAI_BASE_URL={server.base_url}/v1",
+    ]
+    if server.delay or server.chunk_delay:
+        lines.append(
+            f"  Simulated latency: {server.delay:g} s before each answer, "
+            f"{server.chunk_delay:g} s between the chunks of a streamed one"
+        )
+    return "\n".join([*lines, line])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -763,6 +1068,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--script", help="JSON file: a list of steps (scripted mode)")
     parser.add_argument("--mode", choices=_MODES, help="default: scripted with --script, else demo")
     parser.add_argument("--model", default="replay-model", help="model name in /v1/models")
+    parser.add_argument(
+        "--delay",
+        type=_seconds_argument,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long before each answer (a model's latency; a step's own 'delay' wins)",
+    )
+    parser.add_argument(
+        "--chunk-delay",
+        type=_seconds_argument,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long between the chunks of a streamed answer (default 0: sent together)",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not log requests")
     args = parser.parse_args(argv)
     steps = _load_script(args.script) if args.script else []
@@ -774,18 +1093,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=args.port,
         model=args.model,
         log_requests=not args.quiet,
+        delay=args.delay,
+        chunk_delay=args.chunk_delay,
     )
     # Stop on SIGINT and SIGTERM even when started from a background job, which inherits
     # SIGINT ignored (a supervisor such as scripts/devserver.py stops it with SIGINT).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    server._httpd = server._bind()
-    print(_banner(server), flush=True)
-    print(f"Listening on {server.base_url}/v1", flush=True)
+    server.start()
     try:
-        server._httpd.serve_forever(poll_interval=0.2)
+        print(_banner(server), flush=True)
+        print(f"Listening on {server.base_url}/v1", flush=True)
+        while True:  # the server runs in its thread; this one waits for a signal
+            time.sleep(3600)
     except KeyboardInterrupt:
         pass
     finally:
-        server._httpd.server_close()
+        server.stop()
     return 0

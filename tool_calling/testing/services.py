@@ -48,12 +48,18 @@ def find_redis_server() -> tuple[str, str]:
 
 
 def celery_worker_argv(
-    name: str, queues: str, *, concurrency: int = 2, loglevel: str = "INFO"
+    name: str,
+    queues: str,
+    *,
+    concurrency: int = 2,
+    loglevel: str = "INFO",
+    pool: str = "prefork",
 ) -> list[str]:
     """The command line of one ``celery -A project worker`` of the test tier and benchmarks.
 
-    Prefork, without gossip, mingle and heartbeats (nothing to coordinate with): it starts fast
-    and consumes ``queues`` (comma-separated) as ``name`` (``%h`` is the host name).
+    Without gossip, mingle and heartbeats (nothing to coordinate with): it starts fast and
+    consumes ``queues`` (comma-separated) as ``name`` (``%h`` is the host name), with ``pool``
+    (``prefork``, or ``threads`` for tools that wait on I/O).
     """
     return [
         sys.executable,
@@ -63,7 +69,7 @@ def celery_worker_argv(
         "project",
         "worker",
         "--pool",
-        "prefork",
+        pool,
         "--concurrency",
         str(concurrency),
         "-Q",
