@@ -12,12 +12,20 @@ In order, it:
 3. runs ``manage.py migrate`` (which also mirrors the demo tools into the Tool table);
 4. creates the superuser ``admin`` (``DJANGO_SUPERUSER_USERNAME``), or resets its password, to
    ``DJANGO_SUPERUSER_PASSWORD`` or a generated one, and prints the credentials;
-5. starts a Celery worker with beat embedded (the periodic sweeper) on the ``tool_calling`` and
-   ``celery`` queues, then Django's server on 127.0.0.1:8000 (``PORT``), and prints what runs.
-   Tool calls run on the worker (``TOOL_CALLING_EXECUTION_MODE=celery`` unless set otherwise).
+5. starts two Celery workers: one with a pool of threads (``--threads``, 500) on the
+   ``tool_calling`` and ``celery`` queues, where turns and tool calls wait on the network side
+   by side, with beat embedded (the periodic sweeper); one prefork process on
+   ``tool_calling_processes``, for tools an operator sends there (CPU-heavy or untrusted). Then
+   Django's server on 127.0.0.1:8000 (``PORT``), and prints what runs. Tool calls run on the
+   workers (``TOOL_CALLING_EXECUTION_MODE=celery`` unless set otherwise).
 
-A development tool: Django's DEBUG is on (``DJANGO_DEBUG``, project/settings.py's default) with
-its published development secret key, and Redis is a throwaway; docker/compose.yml is the
+Every process it starts gets its environment, ``DJANGO_SETTINGS_MODULE`` included (manage.py,
+project/celery.py and project/asgi.py only set a default): benchmarks/concurrency.py starts the
+main job through this script with settings that add a tool, and relies on that.
+
+A development tool: Django's DEBUG is on in the web server (``DJANGO_DEBUG``, project/settings.py's
+default; off in the workers, where it would only keep every query in memory), the secret key is
+made once per ``--var`` (``var/secret_key``), and Redis is a throwaway; docker/compose.yml is the
 production setup. The SQLite database is ``<--var>/db.sqlite3`` unless ``DATABASE_URL`` is set.
 
 Ctrl-C (SIGINT) or SIGTERM stops everything it started, web first and Redis last, and exits 0,
@@ -40,6 +48,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import resource
 import secrets
 import shlex
 import signal
@@ -62,9 +71,20 @@ SCRIPTED_BANNER = (
     "model"
 )
 TRY_MESSAGE = "What's the weather in Oslo?"
-WORKER_QUEUES = "tool_calling,celery"
-# -B embeds beat, which sends the periodic tasks of CELERY_BEAT_SCHEDULE (the sweeper).
-WORKER_ARGS = f"-A project worker -B -Q {WORKER_QUEUES} --concurrency 2 -l info"
+IO_QUEUES = "tool_calling,celery"
+PROCESS_QUEUES = "tool_calling_processes"
+IO_THREADS = 500
+# The I/O worker: turns (run steps) and tool calls wait on the network (the model, APIs, MCP
+# servers) in threads, hundreds in one process, instead of holding a process each. -B embeds
+# beat, which sends the periodic tasks of CELERY_BEAT_SCHEDULE (the sweeper).
+IO_WORKER_ARGS = (
+    "-A project worker -B -n io@%h -Q {queues} -P threads --concurrency {threads} -l info"
+)
+# The process worker: tools an operator routes to the tool_calling_processes queue (CPU-heavy or
+# untrusted code) run in a process of their own, killed at their hard time limit.
+PROCESS_WORKER_ARGS = (
+    "-A project worker -n processes@%h -Q {queues} -P prefork --concurrency 1 -l info"
+)
 LINE = "=" * 78
 
 
@@ -443,6 +463,33 @@ def ensure_superuser() -> int:
 # --- main ----------------------------------------------------------------------------------------
 
 
+def secret_key(var: Path) -> str:
+    """The secret key kept in ``var/secret_key`` (made on first use, readable by its owner only)."""
+    path = var / "secret_key"
+    try:
+        key = path.read_text().strip()
+    except FileNotFoundError:
+        key = ""
+    if not key:
+        key = secrets.token_urlsafe(50)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as stream:
+            stream.write(key + "\n")
+    return key
+
+
+def raise_open_files_limit() -> None:
+    """Raise this process's (and so its children's) open-files limit to the hard limit.
+
+    The I/O worker runs hundreds of threads, each with its database connection (three files
+    for SQLite in WAL mode) and its sockets: the usual soft limit of 1024 is too few.
+    """
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -462,6 +509,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
+    raise_open_files_limit()
     sup = Supervisor()
     try:
         if not port_free(port, host):
@@ -472,6 +520,12 @@ def run(args: argparse.Namespace) -> int:
         # a runserver with no worker). An older tool_calling without the Celery executor runs
         # them inline whatever this says.
         env.setdefault("TOOL_CALLING_EXECUTION_MODE", "celery")
+        # A secret key of this --var (made once, kept in var/secret_key), unless one is given:
+        # the workers run with DEBUG off, which the settings refuse with the published
+        # development key. DEBUG off keeps a worker from recording every query of every thread
+        # (Django's query log, in memory, per connection: hundreds of threads).
+        if not env.get("DJANGO_SECRET_KEY"):
+            env["DJANGO_SECRET_KEY"] = secret_key(var)
         # The database lives in --var too (unless DATABASE_URL says otherwise), so a second
         # system with another --var shares nothing with the first, its admin password included.
         default_database = var == (ROOT / "var").resolve()
@@ -521,16 +575,31 @@ def run(args: argparse.Namespace) -> int:
         superuser = [PYTHON, str(Path(__file__).resolve()), "superuser"]
         run_step(f"superuser {username!r}", superuser, user_env)
 
-        # Celery worker with beat embedded (the sweeper), then the web server
+        # The Celery workers (the I/O one with beat embedded: the sweeper), then the web server
+        worker_env = {**env, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG") or "false"}
+        io_args = IO_WORKER_ARGS.format(queues=IO_QUEUES, threads=args.threads)
+        process_args = PROCESS_WORKER_ARGS.format(queues=PROCESS_QUEUES)
         worker_log = logs / "worker.log"
         worker = sup.start(
-            "celery worker",
-            [PYTHON, "-m", "celery", *WORKER_ARGS.split(), "-s", str(var / "celerybeat-schedule")],
-            env=env,
+            "celery worker (threads)",
+            [PYTHON, "-m", "celery", *io_args.split(), "-s", str(var / "celerybeat-schedule")],
+            env=worker_env,
             log=worker_log,
             stop_timeout=30.0,
         )
-        note(f"celery worker started (pid {worker.pid}, log {shown(worker_log)})")
+        note(f"celery worker (threads) started (pid {worker.pid}, log {shown(worker_log)})")
+        process_log = logs / "worker-processes.log"
+        process_worker = sup.start(
+            "celery worker (processes)",
+            [PYTHON, "-m", "celery", *process_args.split()],
+            env=worker_env,
+            log=process_log,
+            stop_timeout=30.0,
+        )
+        note(
+            f"celery worker (processes) started (pid {process_worker.pid}, log "
+            f"{shown(process_log)})"
+        )
         web = sup.start(
             "web server",
             # uvicorn serves the ASGI application: an SSE stream (GET /api/runs/{id}/events/)
@@ -554,7 +623,8 @@ def run(args: argparse.Namespace) -> int:
         )
         base = f"http://{'127.0.0.1' if host in {'0.0.0.0', ''} else host}:{port}"
         sup.wait_for("the web server", lambda: http_ok(f"{base}/admin/login/"), timeout=60)
-        sup.wait_for("the celery worker", worker_ready(worker_log), timeout=60)
+        sup.wait_for("the celery worker (threads)", worker_ready(worker_log), timeout=60)
+        sup.wait_for("the celery worker (processes)", worker_ready(process_log), timeout=60)
 
         # What runs, and how to try it
         try_env = {
@@ -576,14 +646,18 @@ def run(args: argparse.Namespace) -> int:
         say(f"  Username:  {username}")
         say(f"  Password:  {password}")
         say(f"  Redis:     {redact(redis_url)}  {redis_about}")
-        say(f"  Worker:    celery {WORKER_ARGS}  (pid {worker.pid}, log {shown(worker_log)})")
+        say(f"  Workers:   celery {io_args}  (pid {worker.pid}, log {shown(worker_log)})")
+        say(
+            f"             celery {process_args}  (pid {process_worker.pid}, log "
+            f"{shown(process_log)})"
+        )
         say(f"  Model:     {model_about}")
         say(f"  Tools:     TOOL_CALLING_EXECUTION_MODE={env['TOOL_CALLING_EXECUTION_MODE']}")
         say(f"  Database:  {redact(env['DATABASE_URL'])}")
         say()
         say(
-            f"  A development setup (DJANGO_DEBUG={env.get('DJANGO_DEBUG', 'true')}, "
-            "development secret key, throwaway Redis), on "
+            f"  A development setup (DJANGO_DEBUG={env.get('DJANGO_DEBUG', 'true')} in the web "
+            "server, a secret key kept in the var directory, throwaway Redis), on "
             f"{host}. Not for production: see docker/compose.yml."
         )
         say(f"  Try it (another terminal, in {ROOT}):")
@@ -631,6 +705,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help="web server port (default: $PORT or 8000)")
     parser.add_argument(
         "--redis-port", type=int, help="port of the local Redis (default: 6379 if free)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=IO_THREADS,
+        help=f"threads of the I/O worker: turns and tool calls in flight at once ({IO_THREADS})",
     )
     parser.add_argument(
         "--var",

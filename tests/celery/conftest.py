@@ -129,13 +129,20 @@ def redis_server() -> Iterator[RedisServer]:
         server.stop()
 
 
-def start_worker(index: int, *, queues: str = QUEUES, env: dict[str, str] | None = None) -> Worker:
+def start_worker(
+    index: int | str,
+    *,
+    queues: str = QUEUES,
+    env: dict[str, str] | None = None,
+    pool: str = "prefork",
+    concurrency: int = 2,
+) -> Worker:
     """Start worker ``index`` on ``queues``; ``env`` adds to its environment."""
     name = f"tc{index}-{uuid.uuid4().hex[:8]}@%h"
     log = settings.STATE_DIR / f"worker-{index}.log"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings_celery", **(env or {})}
     process = subprocess.Popen(
-        celery_worker_argv(name, queues),
+        celery_worker_argv(name, queues, pool=pool, concurrency=concurrency),
         cwd=ROOT,
         env=env,
         stdout=log.open("ab"),
@@ -226,15 +233,18 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_web_server(name: str, settings_module: str = "tests.settings_celery") -> WebServer:
+def start_web_server(
+    name: str, settings_module: str = "tests.settings_celery", env: dict[str, str] | None = None
+) -> WebServer:
     """Start uvicorn on a free port with ``settings_module`` (this tier's by default).
 
     It shares this tier's SQLite file and Redis (the settings read them from the environment
-    this process set). Returns once it answers; its log is ``<state dir>/<name>.log``.
+    this process set); ``env`` adds to its environment. Returns once it answers; its log is
+    ``<state dir>/<name>.log``.
     """
     port = _free_port()
     log = settings.STATE_DIR / f"{name}.log"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module, **(env or {})}
     process = subprocess.Popen(
         [
             sys.executable,

@@ -148,10 +148,11 @@ def test_s9_a_stalled_broker_answers_503_and_keeps_the_message_and_a_retryable_r
     ]
 
 
-def test_s9_with_the_redis_cache_a_stalled_redis_answers_the_throttles_503_first(
+def test_s9_with_the_redis_cache_a_stalled_redis_leaves_the_throttle_and_the_broker_answers(
     alice, redis_server
 ):
-    """The throttle's cache (Redis, 2 s socket timeouts) answers first: 503, nothing saved."""
+    """The turn throttle counts in the database (S24), not the cache: a stalled Redis (cache
+    and broker) gets as far as the broker's bounded publish, whose 503 keeps the message."""
     conversation = models.Conversation.objects.create(owner=alice)
     caches = {
         "default": {
@@ -165,12 +166,11 @@ def test_s9_with_the_redis_cache_a_stalled_redis_answers_the_throttles_503_first
             "post", alice, f"/api/conversations/{conversation.pk}/messages/", {"text": "Hello"}
         )
     assert response.status_code == 503, response.content
-    assert response.json()["detail"] == (
-        "The turn was not started: the rate limiter's cache is unavailable. Nothing was saved; "
-        "send the message again later."
+    assert response.json()["detail"].startswith(
+        "The turn could not be queued: the message broker is unavailable."
     )
-    assert not models.Run.objects.exists()
-    assert not conversation.messages.exists()
+    assert models.RequestHistory.objects.count() == 1
+    assert list(conversation.messages.values_list("text", flat=True)) == ["Hello"]
 
 
 def test_s9_cancelling_a_run_while_redis_stalls_answers(alice, redis_server):
@@ -315,3 +315,52 @@ def test_r10_flushall_under_load_every_committed_call_and_run_still_ends(redis_s
     assert set(
         models.Run.objects.filter(pk__in=[r.pk for r in started]).values_list("status", flat=True)
     ) == {"succeeded"}
+
+
+def test_r13_a_redis_restart_mid_call_neither_aborts_a_call_nor_runs_it_twice(redis_server):
+    """R13: the call needs no Redis to finish. Celery would cancel it on the lost connection
+    (CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS): a call that is not idempotent
+    would end "outcome unknown". Left running, it finishes once; its row records the outcome."""
+    from tool_calling.testing import ScriptedChatModel, tool_call
+
+    from .test_workers import Background, responses
+
+    sync_tools()
+    log = settings.STATE_DIR / "side-effects.log"
+    log.unlink(missing_ok=True)
+    model = ScriptedChatModel([tool_call("count_side_effect", key="blip", seconds=6), text("Done")])
+    background = Background(model)
+    background.start()
+    wait_until(
+        lambda: models.ToolExecution.objects.filter(status="running").exists(), "the call to run"
+    )
+    redis_server.stop()  # gone: every connection to it is lost
+    try:
+        time.sleep(3)
+    finally:
+        redis_server.start()
+    assert background.result() == "Done"
+    [response] = responses(model)
+    assert (response.response_data, response.is_error) == ("counted blip", False)
+    row = models.ToolExecution.objects.get()
+    assert (row.status, row.attempt) == ("succeeded", 1)
+    time.sleep(1)  # a second run, had there been one, would have left its line by now
+    assert log.read_text().split() == ["blip"]
+
+
+def test_r11_a_publish_does_not_wait_for_ten_others_in_flight(redis_server):
+    """Hundreds of request and worker threads publish together: with Celery's pool of 10 broker
+    connections, the eleventh publish waited for one of them, then failed (LimitExceeded: a 503
+    "broker unavailable" with Redis up). Ten connections held by slow publishes stop nobody."""
+    from tool_calling.calls import dispatch as sending
+
+    pool = sending._connections(sending.task(sending.RUN_STEP).app, sending._timeout())
+    held = [pool.acquire(block=True, timeout=1) for _ in range(10)]
+    try:
+        sending.publish(sending.RUN_STEP, ["nobody"], queue="tc_nobody_consumes")
+    finally:
+        for connection in held:
+            connection.release()
+    import redis
+
+    assert redis.Redis.from_url(redis_server.url).llen("tc_nobody_consumes") == 1

@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 
 from tool_calling import models, runs
+from tool_calling.admin import usage
 from tool_calling.sync import sync_tools
 from tool_calling.testing import ReplayServer
 
@@ -63,6 +64,39 @@ def test_a_run_completes_on_workers_with_every_message_once():
     assert kinds.index("model_call") < kinds.index("tool_calls") < kinds.index("tool_call_ended")
     conversation.refresh_from_db()
     assert conversation.turn_token == ""  # the run released the conversation
+
+
+def test_a_run_on_workers_adds_the_tokens_the_model_reported_to_the_overview():
+    """The admin overview's tokens per day come from what the model reported (issue 22 item 2).
+
+    The workers call the model through the real openai SDK; the replay server reports 52 + 56
+    prompt and 2 + 9 completion tokens for the turn's two calls.
+    """
+    sync_tools()
+    steps = [
+        {
+            "tool_calls": [{"name": "sleepy", "arguments": {"key": "tokens", "seconds": 0.05}}],
+            "usage": {"prompt_tokens": 52, "completion_tokens": 2},
+        },
+        {"text": "Counted", "usage": {"prompt_tokens": 56, "completion_tokens": 9}},
+    ]
+    before = usage.overview().tokens[-1]  # today's figures (read live), from earlier tests too
+    with ReplayServer(steps, port=settings.MODEL_PORT):
+        conversation = models.Conversation.objects.create(title="tokens")
+        run = finished(runs.start_turn(conversation, "Go"))
+    after = usage.overview().tokens[-1]
+
+    assert (run.status, run.answer) == ("succeeded", "Counted")
+    stored = conversation.messages.filter(role="assistant").order_by("sequence")
+    assert [m.usage for m in stored] == [
+        {"prompt_tokens": 52, "completion_tokens": 2, "total_tokens": 54},
+        {"prompt_tokens": 56, "completion_tokens": 9, "total_tokens": 65},
+    ]
+    assert (
+        after.messages - before.messages,
+        after.prompt - before.prompt,
+        after.completion - before.completion,
+    ) == (2, 108, 11)
 
 
 def test_a_run_whose_worker_restarts_between_steps_completes_with_every_message_once(workers):

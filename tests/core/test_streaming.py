@@ -54,10 +54,19 @@ PIECES = ["It is sunny ", "in Oslo today"]
 WEATHER_CALL = ToolCall("call_1", "get_weather", '{"city":"Oslo"}')
 
 
-def assistant(number: int, *calls: ToolCall, text: str | None = None) -> AssistantMessage:
-    return AssistantMessage(
-        text, list(calls), {"id": f"chatcmpl-scripted-{number}", "role": "assistant"}
-    )
+def assistant(
+    number: int, *calls: ToolCall, text: str | None = None, usage: tuple[int, int] | None = None
+) -> AssistantMessage:
+    """ScriptedChatModel's answer at call ``number``, as memory stores it with ``usage``."""
+    metadata: dict[str, object] = {"id": f"chatcmpl-scripted-{number}", "role": "assistant"}
+    if usage is not None:
+        prompt, completion = usage
+        metadata["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+    return AssistantMessage(text, list(calls), metadata)
 
 
 def test_stream_yields_the_final_answers_text_after_the_tool_round() -> None:
@@ -267,7 +276,15 @@ def test_a_streamed_answer_is_stored_as_the_non_streamed_one_with_memory_outside
     streamed = remembered(True, inside=False, script=WEATHER_SCRIPT).get("default")
     called = remembered(False, inside=False, script=WEATHER_SCRIPT).get("default")
 
-    assert streamed == called == [UserMessage("Weather in Oslo?"), assistant(2, text=ANSWER)]
+    # The turn's usage, summed over its two model calls.
+    assert (
+        streamed
+        == called
+        == [
+            UserMessage("Weather in Oslo?"),
+            assistant(2, text=ANSWER, usage=(11, 8)),
+        ]
+    )
 
 
 def test_a_streamed_turn_is_stored_as_the_non_streamed_one_with_memory_inside() -> None:
@@ -279,9 +296,9 @@ def test_a_streamed_turn_is_stored_as_the_non_streamed_one_with_memory_inside() 
         == called
         == [
             UserMessage("Weather in Oslo?"),
-            assistant(1, WEATHER_CALL),
+            assistant(1, WEATHER_CALL, usage=(3, 2)),
             ToolResponseMessage([ToolResponse("call_1", "get_weather", "Sunny in Oslo")]),
-            assistant(2, text=ANSWER),
+            assistant(2, text=ANSWER, usage=(8, 6)),
         ]
     )
 
@@ -301,7 +318,10 @@ def test_text_streamed_during_a_tool_round_is_shown_but_not_stored_as_the_answer
 
     assert pieces == ["Let me check. ", *PIECES]
     assert memory.get("default") == remembered(False, inside=False, script=script).get("default")
-    assert memory.get("default") == [UserMessage("Weather in Oslo?"), assistant(2, text=ANSWER)]
+    assert memory.get("default") == [
+        UserMessage("Weather in Oslo?"),
+        assistant(2, text=ANSWER, usage=(14, 11)),
+    ]
 
 
 def test_a_streamed_return_direct_result_is_stored_as_the_non_streamed_one() -> None:
@@ -315,7 +335,11 @@ def test_a_streamed_return_direct_result_is_stored_as_the_non_streamed_one() -> 
         == called
         == [
             UserMessage("Weather in Oslo?"),
-            AssistantMessage("Order A1: shipped"),
+            # The loop's result, with the usage of the one model call that led to it.
+            AssistantMessage(
+                "Order A1: shipped",
+                metadata={"usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}},
+            ),
         ]
     )
 

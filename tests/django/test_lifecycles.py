@@ -1,20 +1,24 @@
-"""The state machines of calls and runs, walked from their tables (STYLE rule 26).
+"""The state machines of calls and runs, walked from this module's own tables.
 
-For every transition of ``calls.lifecycle.TRANSITIONS`` and ``runs.lifecycle.TRANSITIONS``, and
-every status a row can be in: the named transition function succeeds exactly when the table
-lists that status as a start, leaves the row in a status the table lists as an end, and refuses
-(changing nothing) from every other status.
+``CALLS`` and ``RUNS`` below are written out here, status by status, not read from the code's
+``TRANSITIONS``: a test that took its expectations from the table under test could not catch a
+wrong entry in it. For every transition and every status a row can be in, the named transition
+function succeeds exactly when the table here lists that status as a start, leaves the row in a
+status listed as an end, and refuses (changing nothing) from every other status.
 """
 
 from __future__ import annotations
 
+import ast
 import datetime
+from pathlib import Path
 from unittest import mock
 
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+import tool_calling
 from tool_calling import models
 from tool_calling.calls import lifecycle as calls
 from tool_calling.core.execution.plan import ToolOutcome
@@ -25,6 +29,44 @@ pytestmark = pytest.mark.django_db
 S = models.ExecutionStatus
 R = models.RunStatus
 PAST = datetime.timedelta(seconds=5)
+
+# transition -> (the statuses it starts from, the statuses it may end in): what a call may do.
+CALLS = {
+    "claim": ({"pending"}, {"running"}),
+    "take_over": ({"running"}, {"running"}),
+    "renew": ({"running"}, {"running"}),
+    "retry": ({"running"}, {"pending"}),
+    "end_lease": ({"running"}, {"running"}),
+    "finish": ({"running"}, {"succeeded", "failed", "refused", "timed_out"}),
+    "settle_lost": ({"running"}, {"unknown", "failed"}),
+    "kill": ({"running"}, {"timed_out"}),
+    "withdraw": ({"pending"}, {"timed_out"}),
+    "approve": ({"awaiting_approval"}, {"pending"}),
+    "deny": ({"awaiting_approval"}, {"denied"}),
+}
+CALL_STATUSES = {
+    "pending",
+    "running",
+    "succeeded",
+    "failed",
+    "refused",
+    "timed_out",
+    "unknown",
+    "awaiting_approval",
+    "denied",
+}
+# What a run may do. The three endings start from every status of a run that has not ended.
+_ACTIVE = {"queued", "running", "awaiting_approval"}
+RUNS = {
+    "begin": ({"queued"}, {"running"}),
+    "wait": ({"running"}, {"awaiting_approval"}),
+    "resume": ({"awaiting_approval"}, {"running"}),
+    "succeed": (_ACTIVE, {"succeeded"}),
+    "fail": (_ACTIVE, {"failed"}),
+    "cancel": (_ACTIVE, {"cancelled"}),
+    "retry": ({"failed"}, {"queued"}),
+}
+RUN_STATUSES = {"queued", "running", "awaiting_approval", "succeeded", "failed", "cancelled"}
 
 
 def _call(status: str) -> models.ToolExecution:
@@ -59,16 +101,17 @@ CALL_TRANSITIONS = {
 
 
 def test_every_call_transition_has_a_function_and_every_status_is_covered():
-    assert set(CALL_TRANSITIONS) == set(calls.TRANSITIONS)
-    starts_and_ends = set().union(*(a | b for a, b in calls.TRANSITIONS.values()))
-    created = {S.PENDING, S.AWAITING_APPROVAL, S.RUNNING, S.REFUSED}  # by the record_* functions
-    assert starts_and_ends | created == set(S.values)
+    assert set(CALL_TRANSITIONS) == set(CALLS) == set(calls.TRANSITIONS)
+    assert CALL_STATUSES == set(S.values)
+    starts_and_ends = set().union(*(a | b for a, b in CALLS.values()))
+    created = {"pending", "awaiting_approval", "running", "refused"}  # by the record_* functions
+    assert starts_and_ends | created == CALL_STATUSES
 
 
-@pytest.mark.parametrize("status", S.values)
-@pytest.mark.parametrize("name", sorted(calls.TRANSITIONS))
+@pytest.mark.parametrize("status", sorted(CALL_STATUSES))
+@pytest.mark.parametrize("name", sorted(CALLS))
 def test_a_call_transition_succeeds_only_from_its_starts(name, status):
-    starts, ends = calls.TRANSITIONS[name]
+    starts, ends = CALLS[name]
     row = _call(status)
     before = models.ToolExecution.objects.values().get(pk=row.pk)
     moved = CALL_TRANSITIONS[name](calls.CallRef.of(row))
@@ -84,7 +127,7 @@ def test_a_call_transition_succeeds_only_from_its_starts(name, status):
 @pytest.mark.parametrize("name", ["take_over", "renew", "retry", "finish", "settle_lost"])
 def test_a_call_transition_is_fenced_by_the_attempt_it_acts_for(name):
     """A writer acting for attempt 1 of a call now on attempt 2 changes nothing (R5)."""
-    starts, _ = calls.TRANSITIONS[name]
+    starts, _ = CALLS[name]
     row = _call(next(iter(starts)))
     models.ToolExecution.objects.filter(pk=row.pk).update(attempt=2)
     before = models.ToolExecution.objects.values().get(pk=row.pk)
@@ -149,15 +192,16 @@ RUN_TRANSITIONS = {
 
 
 def test_every_run_transition_has_a_function_and_every_status_is_covered():
-    assert set(RUN_TRANSITIONS) == set(runs.TRANSITIONS)
-    starts_and_ends = set().union(*(a | b for a, b in runs.TRANSITIONS.values()))
-    assert starts_and_ends == set(R.values)
+    assert set(RUN_TRANSITIONS) == set(RUNS) == set(runs.TRANSITIONS)
+    assert RUN_STATUSES == set(R.values)
+    starts_and_ends = set().union(*(a | b for a, b in RUNS.values()))
+    assert starts_and_ends == RUN_STATUSES
 
 
-@pytest.mark.parametrize("status", R.values)
-@pytest.mark.parametrize("name", sorted(runs.TRANSITIONS))
+@pytest.mark.parametrize("status", sorted(RUN_STATUSES))
+@pytest.mark.parametrize("name", sorted(RUNS))
 def test_a_run_transition_succeeds_only_from_its_starts(name, status):
-    starts, ends = runs.TRANSITIONS[name]
+    starts, ends = RUNS[name]
     run = _run(status)
     before = models.Run.objects.values().get(pk=run.pk)
     moved = RUN_TRANSITIONS[name](run)
@@ -207,3 +251,61 @@ def test_a_live_lease_is_never_taken_over_or_settled(name):
     )
     assert CALL_TRANSITIONS[name](calls.CallRef.of(row)) is False
     assert models.ToolExecution.objects.get(pk=row.pk).worker == "w1"
+
+
+# -- one writer per row -------------------------------------------------------------------------
+
+PACKAGE = Path(tool_calling.__file__).resolve().parent
+WRITES = {"update", "create", "get_or_create", "update_or_create", "bulk_create", "bulk_update"}
+
+
+def _writes_of(model: str, path: Path) -> list[str]:
+    """The ``model.objects...<write>(...)`` calls in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in WRITES:
+            continue
+        chain = ast.unparse(node.func.value)
+        if f"{model}.objects" in chain:
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {chain}.{node.func.attr}")
+    return found
+
+
+def _sources() -> list[Path]:
+    return [p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts]
+
+
+def test_only_the_runs_lifecycle_writes_a_run():
+    """``Run`` rows change through ``runs.lifecycle`` only (its event count: ``runs.events``)."""
+    writers = {PACKAGE / "runs" / "lifecycle.py", PACKAGE / "runs" / "events.py"}
+    strays = [w for path in _sources() if path not in writers for w in _writes_of("Run", path)]
+    assert strays == []
+    # The scan sees the writes it is meant to find.
+    assert _writes_of("Run", PACKAGE / "runs" / "lifecycle.py")
+
+
+def test_only_the_runs_lifecycle_changes_a_run_with_an_event():
+    """The run fields an event may set in its write are named keywords ``runs.lifecycle`` uses."""
+    callers = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "events.append"
+                and node.keywords
+            ):
+                callers.append(str(path.relative_to(PACKAGE)))
+    assert set(callers) == {"runs/lifecycle.py"}
+    run = _run(R.RUNNING)
+    with pytest.raises(TypeError):
+        runs.events.append(run.pk, "x", status="succeeded")  # type: ignore[call-arg]
+    assert models.Run.objects.get(pk=run.pk).status == R.RUNNING
+
+
+def test_only_the_calls_lifecycle_writes_a_tool_execution():
+    writer = PACKAGE / "calls" / "lifecycle.py"
+    strays = [w for path in _sources() if path != writer for w in _writes_of("ToolExecution", path)]
+    assert strays == []
+    assert _writes_of("ToolExecution", writer)

@@ -213,7 +213,8 @@ def test_a_celery_tool_call_on_the_worker_side(alice):
 
 # --- a durable run's steps --------------------------------------------------------------------
 
-EVENT = [("UPDATE", "run"), ("INSERT", "runevent")]  # the counter (returned), the event
+EVENT = [("INSERT", "runevent")]  # the event, numbered by the INSERT itself (SQLite)
+EVENT_AND_RUN = [("UPDATE", "run"), ("INSERT", "runevent")]  # the run's fields set with it
 
 
 def test_the_steps_of_a_run_with_one_tool_round(alice):
@@ -242,11 +243,11 @@ def test_the_steps_of_a_run_with_one_tool_round(alice):
         ("SELECT", "message"),  # the turn's messages, read once a step
     ]
     model_round = [
-        *EVENT,  # model_call (and the round count)
+        *EVENT_AND_RUN,  # model_call (and the round count)
         ("SELECT", "message"),  # the memory window
         ("INSERT", "message"),  # the model's message
     ]
-    model_message = EVENT  # model_message (and the finish reason)
+    model_message = EVENT_AND_RUN  # model_message (and the finish reason)
     text_delta = EVENT  # the streamed text (at most one per 0.25 s)
     assert first == [
         *step_start,
@@ -268,7 +269,7 @@ def test_the_steps_of_a_run_with_one_tool_round(alice):
         ("SELECT", "toolexecution"),  # the batch's outcomes
         ("UPDATE", "toolexecution"),  # their exact texts leave the database
         ("INSERT", "message"),  # the tool responses
-        *EVENT,  # tool_results (and the batch's plan goes)
+        *EVENT_AND_RUN,  # tool_results (and the batch's plan goes)
         *stage,
         *model_round,
         *text_delta,
@@ -346,11 +347,11 @@ def test_the_step_of_a_run_that_searches(alice):
         *stage,
         ("SELECT", "tool"),  # the step's snapshot of the tools
         ("SELECT", "message"),  # the turn's messages, read once a step
-        *EVENT,  # model_call
+        *EVENT_AND_RUN,  # model_call
         ("SELECT", "discoveredtool"),  # what the conversation found: read once a step
         ("SELECT", "message"),  # the memory window
         ("INSERT", "message"),  # the model's message with the search call
-        *EVENT,  # model_message
+        *EVENT_AND_RUN,  # model_message
         *stage,
         ("INSERT", "toolexecution"),  # the search runs in the step: its audit row, running
         ("INSERT", "discoveredtool"),  # what it found
@@ -365,12 +366,12 @@ def test_the_step_of_a_run_that_searches(alice):
         ("SELECT", "toolexecution"),  # the batch's outcomes
         ("UPDATE", "toolexecution"),  # their exact texts leave the database
         ("INSERT", "message"),  # the search's response
-        *EVENT,  # tool_results
+        *EVENT_AND_RUN,  # tool_results
         *stage,
-        *EVENT,  # model_call
+        *EVENT_AND_RUN,  # model_call
         ("INSERT", "message"),  # the answer (the finds and the window are known already)
         *EVENT,  # text_delta
-        *EVENT,  # model_message
+        *EVENT_AND_RUN,  # model_message
         *stage,
         ("UPDATE", "run"),  # succeeded
         ("UPDATE", "conversation"),  # the claim ends

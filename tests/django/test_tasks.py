@@ -34,7 +34,7 @@ from tool_calling.calls.executors import (
     outcome_of,
 )
 from tool_calling.calls.failures import generic_text
-from tool_calling.calls.running import ToolNotAvailableError
+from tool_calling.calls.gate import ToolNotAvailableError
 from tool_calling.core.chat.messages import ToolResponse, ToolResponseMessage
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.exceptions import (

@@ -11,10 +11,13 @@ nothing and sees nothing twice. Quiet streams get a ``: keep-alive`` comment eve
 Otherwise the answer is JSON: ``{"events": [...], "last_event_id": N, "status": ...,
 "finished": bool}`` with the events after ``N``; poll with ``?after=<last_event_id>``.
 
-The view is ``async``: under an ASGI server a stream holds no thread while it waits. It wakes
-up when a step announces a new event on Redis (``_notify.run_event``) and reads the database,
-which stays the record; without Redis it polls every second. Under WSGI (which cannot stream
-an async iterator) the same stream is driven by the request's thread, reading every second.
+The view is ``async``: under an ASGI server a stream holds no thread while it waits. A step
+announces each event it stored on Redis, with its content (``_notify.run_event``): a stream
+that has every event before it sends the announced one as it is; otherwise (a gap, Redis
+reconnected, a quiet run at keep-alive time) it reads the database, which stays the record.
+One Redis subscription per process serves every stream. Without Redis it polls every second.
+Under WSGI (which cannot stream an async iterator) the same stream is driven by the request's
+thread, reading every second.
 Database work runs in the shared thread pool (``thread_sensitive=False``), its connection given
 back after each read.
 Authentication follows the project's ``REST_FRAMEWORK`` authentication classes, and a run the
@@ -43,8 +46,10 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from tool_calling import _notify, models
-from tool_calling.api.permissions import configured_permissions, visible_runs
+from tool_calling.api._digits import whole_number
+from tool_calling.api.permissions import configured_permissions, visible_run
 from tool_calling.conf import settings as app_settings
+from tool_calling.runs.events import as_json
 
 __all__ = ["run_events"]
 
@@ -102,21 +107,15 @@ def _error(exc: exceptions.APIException, request: Request) -> HttpResponse:
     return response
 
 
-def _start(request: HttpRequest, pk: uuid.UUID) -> tuple[uuid.UUID | None, HttpResponse | None]:
+def _find_run(request: HttpRequest, pk: uuid.UUID) -> tuple[uuid.UUID | None, HttpResponse | None]:
     """Authenticate, then find the run among those the user may see (else 404)."""
     user, refusal = _authenticate(request)
     if refusal is not None:
         return None, refusal
-    found = visible_runs(user).filter(pk=pk).values_list("pk", flat=True).first()
+    found = visible_run(user, pk)
     if found is None:
         return None, JsonResponse({"detail": "No Run matches the given query."}, status=404)
     return found, None
-
-
-_SEQUENCE = re.compile(r"[0-9]{1,18}")
-"""An event sequence number as a client sends it: ASCII digits that fit a 64-bit integer.
-
-``int()`` alone would take ``٣``, ``1_0`` and `` 5``."""
 
 
 def _after(request: HttpRequest) -> tuple[int, str | None]:
@@ -131,14 +130,16 @@ def _after(request: HttpRequest) -> tuple[int, str | None]:
         name, raw = "?after=", request.GET["after"]
     else:
         return 0, None
-    if not _SEQUENCE.fullmatch(raw):
+    sequence = whole_number(raw)
+    if sequence is None:
         return 0, f"{name} must be an event sequence number (digits 0-9), got {raw!r}."
-    return int(raw), None
+    return sequence, None
 
 
 def _events_after(run_id: uuid.UUID, after: int) -> list[dict[str, Any]]:
+    """The run's events after ``after``, as clients get them (``runs.events.as_json``)."""
     return [
-        dict(row)
+        as_json(row)
         for row in models.RunEvent.objects.filter(run_id=run_id, sequence__gt=after)
         .order_by("sequence")
         .values("sequence", "kind", "data", "created_at")
@@ -167,18 +168,11 @@ def _read(
     return status or _DELETED, _events_after(run_id, after)
 
 
-def _as_json(event: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "sequence": event["sequence"],
-        "kind": event["kind"],
-        "data": event["data"],
-        "created_at": event["created_at"].isoformat(),
-    }
-
-
-def _sse(event: dict[str, Any]) -> str:
-    data = json.dumps(_as_json(event), separators=(",", ":"), ensure_ascii=False)
-    return f"id: {event['sequence']}\nevent: {event['kind']}\ndata: {data}\n\n"
+def _sse(event: dict[str, Any], text: str | None = None) -> str:
+    """One event as an SSE message; ``text`` is the event as JSON when it came announced."""
+    if text is None:
+        text = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+    return f"id: {event['sequence']}\nevent: {event['kind']}\ndata: {text}\n\n"
 
 
 class _Stream:
@@ -202,15 +196,9 @@ class _Stream:
 
     def feed(self, status: str, events: list[dict[str, Any]], now: float) -> list[str]:
         """The chunks to send after a read of the run's status and new events."""
-        chunks = []
-        for event in events:
-            chunks.append(_sse(event))
-            self.after = event["sequence"]
-            if event["kind"] in _TERMINAL_KINDS:
-                self.done = True
-                return chunks
-        if events:
-            self.quiet_since = now
+        chunks = self.send(events, now)
+        if self.done:
+            return chunks
         if status in models.RUN_TERMINAL_STATUSES or status == _DELETED or now >= self.deadline:
             # Ended (its last event went out earlier), deleted, or open long enough.
             self.done = True
@@ -219,30 +207,90 @@ class _Stream:
             self.quiet_since = now
         return chunks
 
+    def send(
+        self, events: list[dict[str, Any]], now: float, texts: list[str] | None = None
+    ) -> list[str]:
+        """The chunks of ``events`` (the next ones, in order); ``texts``: each as JSON, if known."""
+        chunks = []
+        for index, event in enumerate(events):
+            chunks.append(_sse(event, texts[index] if texts is not None else None))
+            self.after = event["sequence"]
+            if event["kind"] in _TERMINAL_KINDS:
+                self.done = True
+                return chunks
+        if events:
+            self.quiet_since = now
+        return chunks
+
+    def announced(self, texts: list[str], now: float) -> tuple[list[str], bool]:
+        """The chunks of announced events that follow the last one sent, in order.
+
+        Returns them and whether the database must be read: an announcement skipped an event
+        (its own came late, or was lost).
+        """
+        events: list[dict[str, Any]] = []
+        kept: list[str] = []
+        expected = self.after + 1
+        for text in sorted(texts, key=_sequence_of):
+            event = json.loads(text)
+            sequence = event.get("sequence")
+            if not isinstance(sequence, int) or sequence < expected:
+                continue  # sent already (or not an event)
+            if sequence > expected:
+                return self.send(events, now, kept), True
+            events.append(event)
+            kept.append(text)
+            expected += 1
+        return self.send(events, now, kept), False
+
     def wait_seconds(self, now: float) -> float:
         """How long to wait for news before reading again (the next keep-alive at most)."""
         until_keepalive = self.keepalive - (now - self.quiet_since)
         return max(0.05, min(until_keepalive, self.deadline - now))
 
 
-async def _stream_async(run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
-    """Under ASGI: waits on the event loop (a Redis announcement or a timer), no thread held."""
+def _sequence_of(text: str) -> int:
+    """The sequence number at the start of an announced event's JSON (0 if it is not there)."""
+    match = _ANNOUNCED_SEQUENCE.match(text)
+    return int(match.group(1)) if match else 0
+
+
+_ANNOUNCED_SEQUENCE = re.compile(r'\{"sequence":([0-9]+)')
+
+
+async def _stream_async(
+    run_id: uuid.UUID,
+    after: int,
+    subscription: _notify.RunEventSubscription,
+    first: tuple[str, list[dict[str, Any]]],
+) -> AsyncIterator[str]:
+    """Under ASGI: waits on the event loop (a Redis announcement or a timer), no thread held.
+
+    Announced events are sent as they come; the database is read at the start, when an
+    announcement skipped an event, after Redis reconnected, and when the run was quiet until
+    the next keep-alive (did it end, or vanish?).
+    """
     loop = asyncio.get_running_loop()
     stream = _Stream(run_id, after, loop.time())
-    subscription = _notify.RunEventSubscription(run_id)
+    read = False
     try:
-        # Subscribe before the first read: an event stored in between is announced, not lost.
-        await subscription.open()
         yield stream.opening()
+        chunks = stream.feed(*first, loop.time())  # the view's read: after the subscription
         while True:
-            status, events = await _db(
-                functools.partial(_read, run_id, stream.after, always_status=False)
-            )
-            for chunk in stream.feed(status, events, loop.time()):
+            if read:
+                status, events = await _db(
+                    functools.partial(_read, run_id, stream.after, always_status=False)
+                )
+                chunks = stream.feed(status, events, loop.time())
+            for chunk in chunks:
                 yield chunk
             if stream.done:
                 return
-            await subscription.wait(stream.wait_seconds(loop.time()), _POLL_WITHOUT_REDIS)
+            news = await subscription.next(stream.wait_seconds(loop.time()), _POLL_WITHOUT_REDIS)
+            if isinstance(news, list) and news:
+                chunks, read = stream.announced(news, loop.time())
+            else:  # quiet until the keep-alive, or announcements were lost: read
+                chunks, read = [], True
     finally:
         await subscription.close()
 
@@ -267,10 +315,23 @@ def _wants_stream(request: HttpRequest) -> bool:
     return "text/event-stream" in request.headers.get("Accept", "")
 
 
-def _ended_before(run_id: uuid.UUID, after: int) -> bool:
-    """Whether the run ended and the client has its every event (its last is ``after`` or less)."""
+def _open(
+    request: HttpRequest, pk: uuid.UUID
+) -> tuple[HttpResponse | None, uuid.UUID | None, int, str, list[dict[str, Any]]]:
+    """Everything a request needs from the database, in one trip to the thread pool.
+
+    Returns the refusal to answer (401/403/404/400), or the run, the client's last event, and
+    the run's status and events after it.
+    """
+    run_id, refusal = _find_run(request, pk)
+    if refusal is not None:
+        return refusal, None, 0, "", []
+    after, refused = _after(request)
+    if refused is not None:
+        return JsonResponse({"detail": refused}, status=400), None, 0, "", []
+    assert run_id is not None
     status, events = _read(run_id, after)
-    return not events and (status in models.RUN_TERMINAL_STATUSES or status == _DELETED)
+    return None, run_id, after, status, events
 
 
 # Exempt from the CSRF middleware: the view changes nothing, and answers every method but GET
@@ -289,26 +350,31 @@ async def run_events(request: HttpRequest, pk: uuid.UUID) -> HttpResponseBase:
             status=405,
             headers={"Allow": "GET, HEAD"},
         )
-    run_id, refusal = await _db(lambda: _start(request, pk))
-    if refusal is not None:
-        return refusal
-    assert run_id is not None
-    after, refused = _after(request)
-    if refused is not None:
-        return JsonResponse({"detail": refused}, status=400)
-    if _wants_stream(request):
-        if await _db(functools.partial(_ended_before, run_id, after)):
+    stream = _wants_stream(request)
+    under_asgi = isinstance(request, ASGIRequest)
+    subscription = _notify.RunEventSubscription(pk)
+    if stream and under_asgi:
+        # Before the first read: an event stored after it is announced, never missed.
+        await subscription.open()
+    refusal, run_id, after, status, events = await _db(functools.partial(_open, request, pk))
+    if refusal is not None or run_id is None:
+        await subscription.close()
+        return refusal or HttpResponse(status=500)
+    if stream:
+        if not events and (status in models.RUN_TERMINAL_STATUSES or status == _DELETED):
+            # The run ended and the client has its every event.
+            await subscription.close()
             return HttpResponse(status=204)
-        under_asgi = isinstance(request, ASGIRequest)
         return StreamingHttpResponse(
-            _stream_async(run_id, after) if under_asgi else _stream_sync(run_id, after),
+            _stream_async(run_id, after, subscription, (status, events))
+            if under_asgi
+            else _stream_sync(run_id, after),
             content_type="text/event-stream; charset=utf-8",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    status, events = await _db(functools.partial(_read, run_id, after))
     return JsonResponse(
         {
-            "events": [_as_json(e) for e in events],
+            "events": events,
             "last_event_id": events[-1]["sequence"] if events else after,
             "status": status,
             "finished": status in models.RUN_TERMINAL_STATUSES,

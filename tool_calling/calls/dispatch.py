@@ -121,6 +121,12 @@ PUBLISH_RETRY_POLICY = {
 """How a publish is retried (one more try, 0.2 s later): a blip passes, a dead broker fails
 fast. The sweeper sends what still did not go (R3)."""
 
+_POOL_LIMIT = 1000
+"""Broker connections one process may publish over at once. Not Celery's ``broker_pool_limit``
+(10): hundreds of request and worker threads may publish together, and a pool of 10 made the
+eleventh wait, then fail (``LimitExceeded``: a 503 "broker unavailable" with Redis up). The pool
+opens a connection only when none is free, and keeps it."""
+
 _pools: dict[tuple[int, int, str, float], Any] = {}
 _pools_lock = threading.Lock()
 
@@ -154,7 +160,7 @@ def _connections(app: Any, timeout: float) -> Any:
                 connection = app.connection_for_write(
                     transport_options=bounded, connect_timeout=timeout
                 )
-                pool = connection.Pool(limit=app.conf.broker_pool_limit or 10)
+                pool = connection.Pool(limit=max(app.conf.broker_pool_limit or 0, _POOL_LIMIT))
                 _pools[key] = pool
     return pool
 

@@ -25,15 +25,14 @@ from typing import Any
 from django.db import transaction
 
 from tool_calling import _notify, models
-from tool_calling.augmentation import split_call
 from tool_calling.calls import lifecycle
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit, in_worker_task
 from tool_calling.calls.failures import with_error_id
+from tool_calling.calls.gate import GateCall, Rule, Verdict, admit
 from tool_calling.calls.retries import RetryPolicy
 from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
-from tool_calling.core.errors import ToolArgumentsError
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
@@ -279,19 +278,21 @@ class CeleryToolExecutor:
         tool = self.tools.get(name)
         if tool is None:
             tool = models.Tool.objects.filter(name=name).first()
-        try:
-            # The worker runs the plain registered tool: it gets the tool's own arguments.
-            own_call, augmented = split_call(callback, tool_call, tool_context)
-        except ToolArgumentsError as exc:
-            return self._rejected(tool_call, tool, exc)
+        # Nothing invalid is sent: the gate's first rule here, all of them on the worker.
+        verdict = admit(
+            GateCall(tool_call, callback, self.user, tool_context, through=Rule.VALIDATION)
+        )
+        if not verdict.admitted:
+            return self._rejected(tool_call, tool, verdict)
         row = lifecycle.record_for_worker(
-            own_call,
+            # The worker runs the plain registered tool: it gets the tool's own arguments.
+            verdict.call,
             tool_context,
             tool=tool,
             user=self.user,
             conversation_id=self.conversation_id,
             assistant_message_id=self.assistant_message_id,
-            augmented=augmented,
+            augmented=verdict.augmented,
         )
         dispatch_on_commit(Dispatch.of(row))
         timeout = row.timeout or int(app_settings.EXECUTION["TIMEOUT"])
@@ -301,20 +302,21 @@ class CeleryToolExecutor:
         return future
 
     def _rejected(
-        self, tool_call: ToolCall, tool: models.Tool | None, error: ToolArgumentsError
+        self, tool_call: ToolCall, tool: models.Tool | None, verdict: Verdict
     ) -> Future[ToolOutcome]:
-        """A call whose augmented values are invalid: recorded as failed, never sent."""
-        ref = lifecycle.record_started(
+        """A call the gate refused before sending it (bad arguments): recorded, never sent."""
+        assert verdict.outcome is not None
+        lifecycle.record_refused(
             tool_call,
+            verdict.text,
             tool=tool,
             user=self.user,
             conversation_id=self.conversation_id,
             assistant_message_id=self.assistant_message_id,
+            outcome=verdict.outcome,
         )
-        outcome = ToolOutcome.from_exception(error)
-        lifecycle.finish(ref, models.ExecutionStatus.FAILED, outcome, duration_ms=0, keep=False)
         future: Future[ToolOutcome] = Future()
-        future.set_result(outcome)
+        future.set_result(verdict.outcome)
         return future
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "error_id_of",
     "generic_text",
     "is_unexpected",
+    "log_unexpected",
     "new_error_id",
     "with_error_id",
 ]
@@ -60,6 +61,27 @@ def is_unexpected(outcome: ToolOutcome) -> bool:
         and not outcome.is_a(ToolFailure)
         and not outcome.is_a(ToolArgumentsError)
     )
+
+
+def log_unexpected(execution_id: int, name: str, outcome: ToolOutcome) -> str:
+    """The error id of a call's unexpected error, logged with its traceback; blank if none.
+
+    For the audit row and the model (S13); a failure written for the model has none.
+    """
+    if not is_unexpected(outcome):
+        return ""
+    error_id = new_error_id()
+    cause = outcome.cause
+    logger.error(
+        "Tool call %s (%r) failed with an unexpected error (error id %s): %s%s",
+        execution_id,
+        name,
+        error_id,
+        outcome.error_type,
+        "" if cause is not None else f"\n{outcome.traceback}",
+        exc_info=(type(cause), cause, cause.__traceback__) if cause is not None else None,
+    )
+    return error_id
 
 
 def generic_text(name: str, error_id: str) -> str:

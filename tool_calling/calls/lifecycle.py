@@ -2,13 +2,13 @@
 
 Every change of a call's status is one named transition below: one conditional UPDATE guarded
 by the status it expects (and, where a worker holds the call, by its attempt), so two writers
-never both win and a late writer changes nothing. ``TRANSITIONS`` is the table the code and its
-test share::
+never both win and a late writer changes nothing. ``TRANSITIONS`` is the table the code checks
+(its tests write their own out, status by status)::
 
     transition     from                              to
     -------------  --------------------------------  ----------------------------------------
     (record)       -                                 pending | awaiting_approval | running |
-                                                     refused
+                                                     refused | failed (bad arguments)
     claim          pending                           running (attempt + 1, lease)
     take_over      running, lease expired            running (attempt + 1, lease)
     renew          running (same attempt)            running (lease extended)
@@ -46,7 +46,7 @@ from tool_calling.audit import audit_text
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
-from tool_calling.exceptions import ToolCallingError
+from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 
 __all__ = [
     "TRANSITIONS",
@@ -271,11 +271,14 @@ def record_for_worker(
     run_id: Any = None,
     needs_approval: bool = False,
     augmented: Mapping[str, Any] | None = None,
+    sent: bool = True,
 ) -> models.ToolExecution:
     """Record a call for a Celery worker: ``pending`` (or ``awaiting_approval``), with its data.
 
     The row holds the exact arguments and tool context the worker runs with (``payload``); the
-    caller sends it with ``calls.dispatch.dispatch_on_commit``. A call that needs approval
+    caller sends it with ``calls.dispatch.dispatch_on_commit``, or (``sent`` False) runs it
+    itself as a worker would: then it is recorded as never sent, so that the sweeper sends it
+    if the caller dies before it claimed the call. A call that needs approval
     waits until a person approves it (``calls.approvals``), or expires after
     ``APPROVALS["EXPIRE_AFTER"]`` seconds. ``tool_call`` carries the tool's own arguments;
     ``augmented`` the values argument augmentation split from them (``augmentation``).
@@ -307,7 +310,7 @@ def record_for_worker(
         ),
         approval_expires_at=expires,
         # Sent once committed (calls.dispatch): marked now, cleared if the publish fails.
-        dispatched_at=None if needs_approval else timezone.now(),
+        dispatched_at=timezone.now() if sent and not needs_approval else None,
         mode=models.ExecutionMode.CELERY,
         queue=(tool.queue if tool is not None and tool.queue else "") or str(execution["QUEUE"]),
         timeout=timeout,
@@ -358,9 +361,18 @@ def record_refused(
     conversation_id: Any = None,
     assistant_message_id: int | None = None,
     run_id: Any = None,
+    outcome: ToolOutcome | None = None,
+    keep: bool = False,
 ) -> CallRef:
-    """Record a call answered without running: an unknown or withdrawn tool, a limit."""
+    """Record a call answered without running: an unknown or withdrawn tool, a limit, a rule.
+
+    A refusal is ``refused``; arguments that fail the tool's schema (``outcome`` holds the
+    ``ToolArgumentsError``) are the call's own failure, ``failed``. With ``keep`` (a durable
+    run's plan reads it back) the exact outcome goes to the working data.
+    """
     now = timezone.now()
+    invalid = outcome is not None and outcome.is_a(ToolArgumentsError)
+    status = S.FAILED if invalid else S.REFUSED
     row = _create(
         tool_call,
         tool=tool,
@@ -368,15 +380,17 @@ def record_refused(
         conversation_id=conversation_id,
         assistant_message_id=assistant_message_id,
         run_id=run_id,
-        status=S.REFUSED,
+        status=status,
         result=audit_text(text, tool_name=tool_call.name, field="result"),
+        error_type=outcome.error_type[:200] if outcome is not None else "",
         is_error=True,
         started_at=now,
         finished_at=now,
         duration_ms=0,
+        payload=_outcome_payload(outcome) if keep and outcome is not None else {},
     )
     ref = CallRef(row.pk, row.tool_name, row.tool_call_id, run_id, assistant_message_id, 0)
-    _finished(ref, S.REFUSED, is_error=True, duration_ms=0)
+    _finished(ref, status, is_error=True, duration_ms=0)
     return ref
 
 

@@ -25,7 +25,7 @@ from tool_calling.conf import settings as app_settings
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.exceptions import ToolFailure
 
-__all__ = ["RetryPolicy", "TransientToolError", "is_transient"]
+__all__ = ["RetryPolicy", "TransientToolError", "is_transient", "retry_pause"]
 
 _IDEMPOTENT_TRANSIENT = (ConnectionError, TimeoutError)
 """Standard errors worth another try for a tool that may run twice."""
@@ -88,3 +88,19 @@ class RetryPolicy:
     def longest_wait(self) -> float:
         """The sum of the longest pauses of every retry (what a waiting caller must allow)."""
         return sum(self.ceiling(retry) for retry in range(1, self.retries + 1))
+
+
+def retry_pause(attempt: int, outcome: ToolOutcome, rules: Any) -> float | None:
+    """The pause before running again a call whose attempt ``attempt`` failed with ``outcome``.
+
+    ``None`` when it does not run again: the failure is not transient for its tool (``rules``,
+    the tool's ``CallRules``), or its retries are used up. In-process calls and calls on
+    workers decide the same way here; the worker sends the call again with this countdown, the
+    turn's thread waits it out.
+    """
+    if rules is None or outcome.kind is ToolOutcomeKind.OK:
+        return None
+    policy = RetryPolicy.of(rules)
+    if not policy.allows_retry(attempt) or not is_transient(outcome, idempotent=rules.idempotent):
+        return None
+    return policy.pause(attempt)

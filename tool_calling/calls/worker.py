@@ -18,14 +18,17 @@ from django.db.models import F
 from django.utils import timezone
 
 from tool_calling import _notify, models, observability
+from tool_calling._connections import give_back
 from tool_calling._lease import Heartbeat
 from tool_calling._prepared import PreparedQuery
-from tool_calling.calls import lifecycle
+from tool_calling.calls import deadlines, lifecycle
 from tool_calling.calls.approvals import approved_as_recorded
 from tool_calling.calls.dispatch import Dispatch, dispatch
-from tool_calling.calls.failures import is_unexpected, new_error_id
-from tool_calling.calls.retries import RetryPolicy, is_transient
-from tool_calling.calls.running import CallOutcome, run_governed_call
+from tool_calling.calls.failures import log_unexpected
+from tool_calling.calls.gate import GateCall
+from tool_calling.calls.retries import retry_pause
+from tool_calling.calls.running import CallOutcome, run_gated
+from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
@@ -149,21 +152,42 @@ def _run(
     payload = row.payload or {}
     arguments = payload.get("arguments") or "{}"
     context = ToolContext(payload.get("context") or {})
-    result = run_governed_call(
-        name,
+    timeout = row.timeout or int(app_settings.EXECUTION["TIMEOUT"])
+    # Celery's exception at the soft limit; on a pool without Celery's limits, the one this
+    # worker raises in their place (the same class, recorded when the worker started).
+    soft = is_soft_timeout or deadlines.soft_exception()
+
+    def invoke() -> str:
+        if soft is None or not deadlines.needed():
+            return callback.call(arguments, context)
+        # No Celery time limits on this pool (threads, gevent, solo): the call runs in a thread
+        # of its own, given up on at its hard limit. Meanwhile this thread's database
+        # connection goes back (a pooled one to its pool).
+        give_back()
+        return deadlines.run_with_deadline(
+            lambda: callback.call(arguments, context),
+            soft=timeout,
+            grace=hard_time_limit(timeout) - timeout,
+            soft_exception=soft,
+            name=name,
+        )
+
+    gate_call = GateCall(
+        ToolCall(row.tool_call_id, name, arguments),
+        callback,
         row.user,
-        lambda: callback.call(arguments, context),
+        context,
         # Bound to the exact arguments approved: changed since, the call is refused.
         approved=approved_as_recorded(row),
-        callback=callback,
-        arguments=arguments,
-        context=context,
         # A retry, or a run again after a crash, is the same call: counted once.
         count_quota=ref.attempt == 1,
-        rechecked=(CallRules.of_column(getattr(row, "rules", None)),),
+        # Read with the call itself, at call time (S2).
+        rules=CallRules.of_column(getattr(row, "rules", None)),
     )
+    # The gate admitted the installed tool itself: invoke runs it, within its time limit.
+    _, result = run_gated(gate_call, lambda verdict: invoke())
     cause = result.outcome.cause
-    if is_soft_timeout is not None and isinstance(cause, is_soft_timeout):
+    if soft is not None and isinstance(cause, soft | deadlines.HardTimeLimitExceeded):
         text = timeout_text(name, row.timeout)
         logger.warning("Tool call %s (%r): %s", ref.execution_id, name, text)
         outcome = ToolOutcome(ToolOutcomeKind.TIMEOUT, text, traceback=result.outcome.traceback)
@@ -227,7 +251,7 @@ def execute(
         raise cause
     if _retried(claimed, row, result):
         return
-    error_id = _error_id(claimed, result)
+    error_id = log_unexpected(claimed.execution_id, claimed.tool_name, result.outcome)
     lifecycle.finish(
         claimed, result.status, result.outcome, duration_ms=result.duration_ms, error_id=error_id
     )
@@ -250,14 +274,11 @@ def _interrupted(ref: lifecycle.CallRef, worker: str, *, idempotent: bool) -> No
 
 def _retried(ref: lifecycle.CallRef, row: models.ToolExecution, result: CallOutcome) -> bool:
     """Send a call that failed transiently again after its backoff, if its tool retries (R6)."""
-    if result.status != S.FAILED or result.rules is None:
+    if result.status != S.FAILED:
         return False
-    policy = RetryPolicy.of(result.rules)
-    if not policy.allows_retry(ref.attempt) or not is_transient(
-        result.outcome, idempotent=result.rules.idempotent
-    ):
+    pause = retry_pause(ref.attempt, result.outcome, result.rules)
+    if pause is None:
         return False
-    pause = policy.pause(ref.attempt)
     if (
         lifecycle.retry(
             ref, result.outcome, earlier=row.attempts, duration_ms=result.duration_ms, pause=pause
@@ -276,22 +297,6 @@ def _retried(ref: lifecycle.CallRef, row: models.ToolExecution, result: CallOutc
     # A publish that fails clears dispatched_at: the sweeper sends it (at once, R3).
     dispatch(Dispatch.of(row, countdown=pause))
     return True
-
-
-def _error_id(ref: lifecycle.CallRef, result: CallOutcome) -> str:
-    """The id an unexpected error is known by (S13), logged with its traceback; blank if none."""
-    if not is_unexpected(result.outcome):
-        return ""
-    error_id = new_error_id()
-    logger.error(
-        "Tool call %s (%r) failed with an unexpected error (error id %s): %s\n%s",
-        ref.execution_id,
-        ref.tool_name,
-        error_id,
-        result.outcome.error_type,
-        result.outcome.traceback,
-    )
-    return error_id
 
 
 def hard_time_limit_reached(execution_id: int, worker: str, timeout: float) -> None:

@@ -5,8 +5,22 @@ step does; ``events`` the run's event log; ``receivers`` how the run hears of it
 ``sweeper`` the recovery of lost steps. The names most callers need are here.
 """
 
-from tool_calling.runs.lifecycle import RunQueueError, cancel_run, retry_run, start_turn
+from tool_calling.runs.lifecycle import (
+    CeleryUnavailableError,
+    RunQueueError,
+    cancel_run,
+    retry_run,
+    start_turn,
+)
 from tool_calling.runs.steps import advance_run
 from tool_calling.runs.sweeper import sweep_runs
 
-__all__ = ["RunQueueError", "advance_run", "cancel_run", "retry_run", "start_turn", "sweep_runs"]
+__all__ = [
+    "CeleryUnavailableError",
+    "RunQueueError",
+    "advance_run",
+    "cancel_run",
+    "retry_run",
+    "start_turn",
+    "sweep_runs",
+]

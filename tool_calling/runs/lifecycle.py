@@ -1,7 +1,8 @@
 """The life of a ``Run`` row: the only code that writes one (its events: ``runs.events``).
 
 Every status change is one named transition: a conditional UPDATE guarded by the statuses it
-expects. ``TRANSITIONS`` is the table the code and its test share::
+expects. ``TRANSITIONS`` is the table the code checks (its tests write their own out, status by
+status)::
 
     transition     from                                   to
     -------------  -------------------------------------  --------------------------
@@ -30,7 +31,7 @@ from django.db import transaction
 from django.db.models import Case, Exists, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
-from tool_calling import models, signals
+from tool_calling import _celery, models, signals
 from tool_calling._lease import Heartbeat
 from tool_calling.calls.approvals import deny_pending_for_run
 from tool_calling.calls.dispatch import send_run_step
@@ -43,13 +44,17 @@ from tool_calling.runs import events
 
 __all__ = [
     "TRANSITIONS",
+    "CeleryUnavailableError",
     "RunQueueError",
     "begin",
     "cancel_run",
     "claim_step",
     "finish",
     "keep_waiting",
+    "answered_batch",
     "lease",
+    "model_answered",
+    "model_called",
     "publish",
     "release_step",
     "renew_step",
@@ -57,6 +62,8 @@ __all__ = [
     "retry_run",
     "start_turn",
     "step_heartbeat",
+    "store_plan",
+    "trace_saver",
     "wait",
     "wait_for_calls",
     "wake",
@@ -88,6 +95,25 @@ class RunQueueError(ToolCallingError):
         super().__init__(run.error)
         self.run = run
         """The failed run: ``retry_run(error.run)`` queues it again."""
+
+
+class CeleryUnavailableError(ToolCallingError):
+    """Runs cannot be sent to Celery here (not installed, no broker): nothing was saved.
+
+    A configuration problem, not a broker that is down: ``manage.py check`` reports it too
+    (``problem.check_id``), and retrying cannot help until the configuration changes.
+    """
+
+    def __init__(self, problem: _celery.CeleryProblem) -> None:
+        super().__init__(f"Turns run as Celery tasks, and {problem.text}.")
+        self.problem = problem
+        """What is wrong, the check that reports it and what to do."""
+
+
+def _require_celery() -> None:
+    problem = _celery.problem()
+    if problem is not None:
+        raise CeleryUnavailableError(problem)
 
 
 def _guarded(name: str, run_id: uuid.UUID) -> QuerySet[models.Run]:
@@ -129,29 +155,30 @@ def start_turn(
         The run (``queued``; already further along when Celery runs eagerly).
 
     Raises:
+        CeleryUnavailableError: Celery is not installed, or its app has no broker; nothing is
+            saved.
         ConversationBusyError: another turn holds the conversation.
         RunQueueError: the broker did not take the first step (called outside a transaction);
             the message and the run are saved, the run is ``failed`` and ``retry_run`` queues
             it again.
     """
-    token = claim_conversation(conversation.pk)
-    try:
-        with transaction.atomic():
-            (message,) = DjangoChatMemoryRepository().append(conversation.pk, [UserMessage(text)])
-            run = models.Run.objects.create(
-                conversation=conversation,
-                user=user if getattr(user, "is_authenticated", False) else None,
-                text=text,
-                user_message=message,
-                tool_names=tool_names,
-                turn_token=token,
-            )
-            events.append(run.pk, "queued", {"message": message.sequence})
-            run_id = run.pk
-            transaction.on_commit(lambda: publish(run_id))
-    except BaseException:
-        release_conversation(conversation.pk, token)
-        raise
+    _require_celery()
+    # One transaction: the claim, the message, the run and its first event commit together (a
+    # failure rolls the claim back too), and the write lock is taken once.
+    with transaction.atomic():
+        token = claim_conversation(conversation.pk)
+        (message,) = DjangoChatMemoryRepository().append(conversation.pk, [UserMessage(text)])
+        run = models.Run.objects.create(
+            conversation=conversation,
+            user=user if getattr(user, "is_authenticated", False) else None,
+            text=text,
+            user_message=message,
+            tool_names=tool_names,
+            turn_token=token,
+        )
+        events.append(run.pk, "queued", {"message": message.sequence})
+        run_id = run.pk
+        transaction.on_commit(lambda: publish(run_id))
     run.refresh_from_db()
     if run.status == R.FAILED and run.started_at is None:
         raise RunQueueError(run)
@@ -178,12 +205,14 @@ def retry_run(run: models.Run) -> models.Run:
 
     Raises:
         ValueError: the run did not fail.
+        CeleryUnavailableError: Celery is not installed, or its app has no broker.
         ConversationBusyError: another turn holds the conversation now.
         RunQueueError: the broker is still unavailable.
     """
     run.refresh_from_db()
     if run.status != R.FAILED:
         raise ValueError(f"Run {run.pk} is {run.status}; only failed runs can be retried.")
+    _require_celery()
     token = claim_conversation(run.conversation_id)
     reset = _guarded("retry", run.pk).update(
         status=_to("retry"),
@@ -192,6 +221,8 @@ def retry_run(run: models.Run) -> models.Run:
         turn_token=token,
         started_at=None,
         step_lease_expires_at=None,
+        # The failed attempt's turn was recorded when it failed: the retry is a turn of its own.
+        trace_context="",
     )
     if not reset:
         release_conversation(run.conversation_id, token)
@@ -416,3 +447,33 @@ def wake(run_id: uuid.UUID, message_id: int) -> bool:
     if woken:
         transaction.on_commit(lambda: publish(run_id))
     return bool(woken)
+
+
+def store_plan(run_id: uuid.UUID, step: int, plan: dict[str, Any]) -> None:
+    """Store the plan of a batch that waits for no call (every call ended in the step)."""
+    models.Run.objects.filter(pk=run_id, step=step).update(plan=plan)
+
+
+def answered_batch(run_id: uuid.UUID, message: int) -> None:
+    """The batch's responses are stored (as message ``message``): its plan goes, with the event."""
+    events.append(run_id, "tool_results", {"message": message}, batch_answered=True)
+
+
+# -- what a step records of its model calls ----------------------------------------------------
+
+
+def model_called(run_id: uuid.UUID, rounds: int) -> None:
+    """A model call of the turn starts: its round number, counted on the run and as an event."""
+    events.append(run_id, "model_call", {"round": rounds}, rounds=rounds)
+
+
+def model_answered(run_id: uuid.UUID, data: dict[str, Any], finish_reason: str) -> None:
+    """The model's message is stored: the event, and the finish reason on the run."""
+    events.append(run_id, "model_message", data, finish_reason=finish_reason)
+
+
+def trace_saver(run_id: uuid.UUID) -> Any:
+    """Stores the turn's trace context once, when the first step opens the turn's span."""
+    return lambda text: models.Run.objects.filter(pk=run_id, trace_context="").update(
+        trace_context=text
+    )

@@ -3,7 +3,8 @@
 ``ToolCallingConfig.ready()`` connects them. The code that ends a call or decides an approval
 (``tool_calling.calls``) sends a signal and knows nothing of runs; here the run records the
 event, goes back to ``running`` once no call waits for a person, and queues its next step when
-the last call of its batch ended.
+the last call of its batch ended. When a run ended (``turn_finished``), its turn is recorded as
+one span when something is traced (``observability.run_turn_ended``).
 """
 
 from __future__ import annotations
@@ -11,10 +12,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tool_calling import models, signals
+from tool_calling import models, observability, signals
+from tool_calling.governance import chat_model
 from tool_calling.runs import events, lifecycle
 
-__all__ = ["connect", "on_approval_decided", "on_tool_call_finished", "on_tool_call_started"]
+__all__ = [
+    "connect",
+    "on_approval_decided",
+    "on_tool_call_finished",
+    "on_tool_call_started",
+    "on_turn_finished",
+]
 
 logger = logging.getLogger("tool_calling.runs")
 
@@ -106,8 +114,62 @@ def on_approval_decided(
     events.append(run_id, "approval_decided", data)
 
 
+def on_turn_finished(sender: Any, *, run_id: Any, **kwargs: Any) -> None:
+    """Record the ended run's turn span, with the usage of its model calls (when traced).
+
+    The calls are those of the run's ``model_message`` events since it last started (a retried
+    run's earlier attempt had its own turn).
+    """
+    if run_id is None or not observability.tracing_enabled():
+        return
+    run = (
+        models.Run.objects.filter(pk=run_id)
+        .values(
+            "trace_context",
+            "conversation_id",
+            "started_at",
+            "finished_at",
+            "status",
+            "finish_reason",
+        )
+        .first()
+    )
+    if run is None or not run["trace_context"] or run["started_at"] is None:
+        return
+    reported = models.RunEvent.objects.filter(
+        run_id=run_id, kind="model_message", created_at__gte=run["started_at"]
+    ).values_list("data", flat=True)
+    totals: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": None}
+    for data in reported:
+        usage = data.get("usage") if isinstance(data, dict) else None
+        for key in totals:
+            count = usage.get(key) if isinstance(usage, dict) else None
+            if isinstance(count, int) and not isinstance(count, bool):
+                totals[key] = (totals[key] or 0) + count
+    try:
+        model = chat_model()
+    except Exception:  # the turn is still recorded, without the model's names
+        logger.warning("The chat model could not be made to name run %s's turn", run_id)
+        model = None
+    observability.run_turn_ended(
+        run["trace_context"],
+        run_id=run_id,
+        conversation_id=run["conversation_id"],
+        started_at=run["started_at"],
+        finished_at=run["finished_at"],
+        status=run["status"],
+        finish_reason=run["finish_reason"],
+        input_tokens=totals["prompt_tokens"],
+        output_tokens=totals["completion_tokens"],
+        model=model,
+    )
+
+
 def connect() -> None:
     """Connect the receivers (once; ``ToolCallingConfig.ready()`` calls it)."""
     signals.tool_call_started.connect(on_tool_call_started, dispatch_uid="tc_runs_started")
     signals.tool_call_finished.connect(on_tool_call_finished, dispatch_uid="tc_runs_finished")
     signals.approval_decided.connect(on_approval_decided, dispatch_uid="tc_runs_decided")
+    signals.turn_finished.connect(
+        on_turn_finished, sender=models.Run, dispatch_uid="tc_runs_turn_finished"
+    )

@@ -28,7 +28,10 @@ own arguments; their values are stored on the call's row.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,10 +41,12 @@ from typing import Any
 from django.db import transaction
 
 from tool_calling import models, observability, signals
-from tool_calling.augmentation import split_call
+from tool_calling._connections import give_back
+from tool_calling.calls import deadlines, gate, worker
 from tool_calling.calls import lifecycle as calls
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
 from tool_calling.calls.executors import outcome_of
+from tool_calling.calls.inline import run_search_call
 from tool_calling.conf import settings as app_settings
 from tool_calling.conversations import TurnLog, memory_advisor
 from tool_calling.core.chat._stream import aggregate
@@ -53,16 +58,16 @@ from tool_calling.core.chat.advisors.tool_calling import (
     decide_after_tools,
 )
 from tool_calling.core.chat.memory import ChatMemory
-from tool_calling.core.chat.messages import AssistantMessage, Message
+from tool_calling.core.chat.messages import AssistantMessage, Message, ToolCall
 from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse, Generation
-from tool_calling.core.errors import ToolArgumentsError
 from tool_calling.core.execution.eligibility import DefaultToolExecutionEligibilityPredicate
-from tool_calling.core.execution.plan import ToolCallPlan, ToolOutcome
+from tool_calling.core.execution.plan import ToolCallPlan
 from tool_calling.core.execution.result import ToolExecutionResult
+from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.exceptions import ToolCallingError, ToolCallLimitExceededException
-from tool_calling.governance import GovernedTurn, chat_model, governed_turn, run_search_call
+from tool_calling.governance import GovernedTurn, chat_model, governed_turn
 from tool_calling.repositories import message_from_row
 from tool_calling.runs import events, lifecycle
 from tool_calling.search import is_search_call
@@ -141,7 +146,9 @@ def _advance(run_id: uuid.UUID, step: int) -> None:
             # added as it goes (the run holds the conversation: nobody else writes to it).
             state = _state(run, step)
             # One trace per turn: join the turn's span (the first step opens and stores it).
-            observability.resume_turn(run.trace_context, run.conversation_id, _saver(run_id))
+            observability.resume_turn(
+                run.trace_context, run.conversation_id, lifecycle.trace_saver(run_id)
+            )
         else:
             state.run = run
             state.messages.extend(state.log.take_stored())
@@ -159,12 +166,6 @@ def _advance(run_id: uuid.UUID, step: int) -> None:
                 return
         else:
             raise ToolCallingError(f"Run {run_id}: cannot continue after a {last.role} message")
-
-
-def _saver(run_id: uuid.UUID) -> Any:
-    return lambda text: models.Run.objects.filter(pk=run_id, trace_context="").update(
-        trace_context=text
-    )
 
 
 def _state(run: models.Run, step: int) -> _Step:
@@ -222,13 +223,15 @@ def _model_round(state: _Step, last: models.Message) -> None:
     """Call the model through the memory advisor, which stores its message."""
     run = state.run
     rounds = 1 + sum(m.role == models.MessageRole.ASSISTANT for m in state.messages)
-    events.append(run.pk, "model_call", {"round": rounds}, rounds=rounds)
+    lifecycle.model_called(run.pk, rounds)
     model = chat_model()
 
     def call_model(request: ChatClientRequest) -> ChatClientResponse:
+        give_back()  # no database connection held while the model thinks
         return ChatClientResponse(model.call(request.prompt), request.context)
 
     def stream_model(request: ChatClientRequest) -> Any:
+        give_back()  # no database connection held while the model thinks
         return (
             ChatClientResponse(chunk, request.context) for chunk in model.stream(request.prompt)
         )
@@ -255,16 +258,15 @@ def _model_round(state: _Step, last: models.Message) -> None:
             claim=(run.conversation_id, run.turn_token),
         )
         return
-    events.append(
+    lifecycle.model_answered(
         run.pk,
-        "model_message",
         {
             "message": stored,
             "tool_calls": len(generation.output.tool_calls),
             # Token counts as the model reported them (None when it did not).
             "usage": response.metadata.get("usage") if response is not None else None,
         },
-        finish_reason=generation.finish_reason or "",
+        generation.finish_reason or "",
     )
 
 
@@ -351,58 +353,62 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
         plan = manager.plan_tool_calls(prompt, chat_response)
         executions: list[int] = []
         gated: list[models.ToolExecution] = []
-        sent = 0
+        pending: list[tuple[models.Tool | None, gate.Verdict]] = []
         for job in plan.jobs:
             call = job.call
             tool = manager.governed.rows.get(call.name)
+            # What the call was offered as, or what the resolver found (the fallback planned it).
             callback = offered.get(call.name)
+            if callback is None and manager.resolver is not None:
+                callback = manager.resolver.resolve(call.name)
+            if callback is None:
+                raise ToolCallingError(f"Run {run.pk}: no tool for planned call {call.id!r}")
             if callback is not None and is_search_call(callback):
                 # It searches the turn's tools: here, now; its row ends before the batch's.
                 ref, _ = run_search_call(callback, call, ToolContext(context), keep=True, **scope)
                 executions.append(ref.execution_id)
                 continue
-            try:
-                # The worker runs the plain registered tool: it gets the tool's own arguments.
-                own_call, augmented = (
-                    split_call(callback, call, context) if callback is not None else (call, {})
-                )
-            except ToolArgumentsError as exc:
-                ref = calls.record_started(call, tool=tool, **scope)
-                calls.finish(
-                    ref,
-                    models.ExecutionStatus.FAILED,
-                    ToolOutcome.from_exception(exc),
-                    duration_ms=0,
+            verdict = _planned(state, call, callback)
+            if verdict.refused_by is not None:
+                # Refused before anything was queued (bad arguments, withdrawn, forbidden).
+                assert verdict.outcome is not None
+                ref = calls.record_refused(
+                    call, verdict.text, tool=tool, outcome=verdict.outcome, keep=True, **scope
                 )
                 executions.append(ref.execution_id)
                 continue
-            needs_approval = bool(tool is not None and tool.requires_approval) or bool(
-                callback is not None and callback.metadata.requires_approval
-            )
+            executions.append(0)  # its row's id, once recorded below
+            pending.append((tool, verdict))
+        here = _runs_here(pending)
+        rows: list[models.ToolExecution] = []
+        for tool, verdict in pending:
             row = calls.record_for_worker(
-                own_call,
+                # The worker runs the plain registered tool: it gets the tool's own arguments.
+                verdict.call,
                 context,
                 tool=tool,
                 user=run.user,
                 conversation_id=run.conversation_id,
                 assistant_message_id=last.pk,
                 run_id=run.pk,
-                needs_approval=needs_approval,
-                augmented=augmented,
+                needs_approval=verdict.awaits_approval,
+                augmented=verdict.augmented,
+                sent=not here,
             )
-            executions.append(row.pk)
-            if needs_approval:
+            executions[executions.index(0)] = row.pk
+            rows.append(row)
+            if verdict.awaits_approval:
                 gated.append(row)
-            else:
+            elif not here:
                 dispatch_on_commit(Dispatch.of(row))
-            sent += 1
-        # Calls that ended here (a search, rejected arguments) need no worker to wake the run.
-        waiting = sent > 0
+        # Calls that ended here (a search, rejected arguments) or that this step runs itself
+        # need no worker to wake the run.
+        waiting = bool(rows) and not here
         stored = {"message": last.pk, "plan": plan.to_json(), "executions": executions}
         if waiting:
             lifecycle.wait_for_calls(run.pk, state.step, stored, last.pk)
         else:
-            models.Run.objects.filter(pk=run.pk, step=state.step).update(plan=stored)
+            lifecycle.store_plan(run.pk, state.step, stored)
         events.append(run.pk, "tool_calls", {"message": last.sequence, "calls": executions})
         if gated:
             lifecycle.wait(run.pk)
@@ -423,7 +429,81 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                         ),
                     },
                 )
+    if here:
+        _run_here_now(rows)
     return not waiting
+
+
+def _runs_here(pending: list[tuple[models.Tool | None, gate.Verdict]]) -> bool:
+    """Whether this step runs the batch's calls itself rather than sending them to workers.
+
+    On a worker pool where Celery enforces no time limits (threads: this process enforces each
+    call's own, ``calls.deadlines``), a call whose tool runs on the step's own queue would only
+    travel to a thread like this one: the step runs it, sparing two tasks (the call's and the
+    step that follows it) and the next step's reading of the turn again. Calls that wait for a
+    person, or go to another queue (a prefork queue for CPU-heavy tools, a tool's own), are sent
+    as before, and then so is the whole batch: one way to wait per batch.
+    """
+    if not pending or not deadlines.needed():
+        return False
+    own = str(app_settings.EXECUTION["QUEUE"])
+    return all(
+        not verdict.awaits_approval and (tool is None or not tool.queue or tool.queue == own)
+        for tool, verdict in pending
+    )
+
+
+def _run_here_now(rows: list[models.ToolExecution]) -> None:
+    """Run the batch's calls in this process as a worker runs each (claimed, leased, audited).
+
+    The step keeps the run meanwhile (its heartbeat renews the lease), so nobody else takes it.
+    If this process dies, the run's lease and the calls' expire: the sweeper settles or sends
+    the calls and queues a step, as for calls lost with their worker.
+    """
+    name = worker.worker_name(None, os.getpid())
+
+    def run(execution_id: int) -> None:
+        try:
+            worker.execute(execution_id, task_id="", worker=name)
+        finally:
+            give_back()
+
+    if len(rows) == 1:
+        run(rows[0].pk)
+        return
+    threads = [
+        threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(run, row.pk),
+            name=f"tool-call-in-step {row.pk}",
+            daemon=True,
+        )
+        for row in rows
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _planned(state: _Step, call: ToolCall, callback: ToolCallback) -> gate.Verdict:
+    """The gate's rules through the approval floor, for a call the run sends to a worker.
+
+    Nothing is counted here: the worker asks the gate again, every rule, when the call runs.
+    Availability is the step's snapshot's (no read per call).
+    """
+    governed = state.turn.manager.governed
+    return gate.admit(
+        gate.GateCall(
+            call,
+            callback,
+            state.run.user,
+            ToolContext(state.options.tool_context),
+            can_wait=True,
+            rules=governed.rules(call.name),
+            through=gate.Rule.APPROVAL,
+        )
+    )
 
 
 def _complete(state: _Step, last: models.Message) -> bool:
@@ -467,9 +547,7 @@ def _complete(state: _Step, last: models.Message) -> bool:
         assert isinstance(outcome, ToolExecutionResult)
         state.log.add(str(run.conversation_id), [outcome.conversation_history[-1]])
         # The batch is done: its plan goes with the event that says so.
-        events.append(
-            run.pk, "tool_results", {"message": last.sequence + 1}, plan={}, waiting_for=None
-        )
+        lifecycle.answered_batch(run.pk, last.sequence + 1)
     return True
 
 

@@ -25,15 +25,19 @@ def _write_ready_file(sender=None, **kwargs) -> None:
 def _trace_to_a_file(**kwargs) -> None:
     """Each pool process exports its spans to STATE_DIR/spans-<pid>.jsonl (issue 14).
 
-    A prefork child configures OpenTelemetry itself, after the fork, as README's Celery setup
-    says: a provider made in the parent would not survive it.
+    A worker started with ``OTEL_EXPORTER_OTLP_ENDPOINT`` exports over OTLP instead, as the
+    example project does (project/telemetry.py, configured before the fork): left as it is.
     """
     from django.conf import settings
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+    from project import telemetry
     from tests._otel import JsonLinesSpanExporter
+
+    if telemetry.configured() is not None:
+        return
 
     provider = TracerProvider()
     exporter = JsonLinesSpanExporter(settings.STATE_DIR / f"spans-{os.getpid()}.jsonl", os.getpid())

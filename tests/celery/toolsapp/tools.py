@@ -1,7 +1,9 @@
 """Tools for the real Celery tier. Each run appends "<pid> <key>" to STATE_DIR/runs-<tool>.log."""
 
+import asyncio
 import fcntl
 import os
+import threading
 import time
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -76,6 +78,40 @@ def stubborn(seconds: float) -> str:
         except SoftTimeLimitExceeded:
             record("stubborn", "ignored the soft limit")
     return "finished"
+
+
+@tool
+def patient(seconds: float) -> str:
+    """Wait in Python (slices of 50 ms); clean up and stop at the soft time limit."""
+    record("patient", "run")
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+    except SoftTimeLimitExceeded:
+        record("patient", "cleaned up")
+        raise
+    return "finished"
+
+
+@tool
+async def waiting_async(key: str, seconds: float) -> str:
+    """An ``async def`` tool waiting on the network (here: a sleep); cancelled, it says so."""
+    record("waiting_async", key)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        record("waiting_async", f"{key} cancelled")
+        raise
+    return f"{key} waited {seconds:g} s"
+
+
+@tool
+def where(key: str, seconds: float = 0.0) -> str:
+    """Sleep, then say which process and thread ran the call."""
+    record("where", key)
+    time.sleep(seconds)
+    return f"{key} in pid {os.getpid()} thread {threading.current_thread().name}"
 
 
 @tool

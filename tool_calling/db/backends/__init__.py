@@ -1,0 +1,1 @@
+"""Django database backends: name one in ``DATABASES[...]["ENGINE"]``."""

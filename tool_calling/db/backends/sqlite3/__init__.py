@@ -1,0 +1,1 @@
+"""SQLite for many threads: ``"ENGINE": "tool_calling.db.backends.sqlite3"`` (see ``base``)."""
