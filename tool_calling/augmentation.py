@@ -16,7 +16,7 @@ import functools
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import pydantic
 from django.core.exceptions import ImproperlyConfigured
@@ -29,7 +29,7 @@ from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
 
-__all__ = ["CallReason", "augment_type", "augmented", "is_augmented", "split_call"]
+__all__ = ["CallReason", "SplitCall", "augment_type", "augmented", "is_augmented", "split_call"]
 
 logger = logging.getLogger("tool_calling.augmentation")
 
@@ -76,7 +76,8 @@ def is_augmented(row: models.Tool | None) -> bool:
 def _consumer(event: AugmentedArguments[Any]) -> None:
     # Governed paths record the values themselves (split_call); this only runs when a caller
     # calls the wrapped tool directly.
-    logger.debug("Tool %r called with %r", event.tool_definition.name, event.values)
+    # The values are the model's words: never in the log.
+    logger.debug("Tool %r called with its augmented fields", event.tool_definition.name)
 
 
 _wrapped: dict[tuple[int, int], tuple[ToolCallback, Any, AugmentedToolCallback]] = {}
@@ -130,21 +131,33 @@ def _adapter(kind: Any) -> pydantic.TypeAdapter[Any]:
     return pydantic.TypeAdapter(kind)
 
 
+class SplitCall(NamedTuple):
+    """A call with the tool's own arguments, the values split from them, and what runs it."""
+
+    call: ToolCall
+    """The call with the tool's own arguments."""
+    values: dict[str, Any]
+    """The augmented values as JSON data (``{}`` for a tool that is not augmented)."""
+    callback: ToolCallback
+    """The tool that runs ``call``: an augmented tool's wrapped one."""
+
+
 def split_call(
     callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext | Mapping[str, Any]
-) -> tuple[ToolCall, dict[str, Any]]:
-    """The call with the tool's own arguments, and the augmented values as JSON data.
+) -> SplitCall:
+    """The call with the tool's own arguments, the augmented values as JSON data, the tool.
 
-    A callback that is not augmented gives ``(tool_call, {})``.
+    A callback that is not augmented gives ``(tool_call, {}, callback)``.
 
     Raises:
         ToolArgumentsError: the arguments are not a JSON object, or the augmented values do
             not fit the augmentation type (the text is written for the model).
     """
     if not isinstance(callback, AugmentedToolCallback):
-        return tool_call, {}
+        return SplitCall(tool_call, {}, callback)
     context = tool_context if isinstance(tool_context, ToolContext) else ToolContext(tool_context)
     event, arguments = callback.split(tool_call.arguments, context)
     values = _adapter(callback.augment_type).dump_python(event.values, mode="json")
     own = ToolCall(tool_call.id, tool_call.name, arguments)
-    return own, dict(values) if isinstance(values, Mapping) else {"value": values}
+    kept = dict(values) if isinstance(values, Mapping) else {"value": values}
+    return SplitCall(own, kept, callback.delegate)

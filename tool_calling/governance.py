@@ -11,9 +11,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -23,30 +22,23 @@ from django.db import close_old_connections, connections
 from django.utils.module_loading import import_string
 
 from tool_calling import models, observability
-from tool_calling.augmentation import augmented, split_call
-from tool_calling.calls import lifecycle
+from tool_calling.augmentation import augmented
+from tool_calling.calls import gate, lifecycle
 from tool_calling.calls.executors import CeleryToolExecutor, RoutingToolCallExecutor, execution_mode
-from tool_calling.calls.failures import (
-    GovernedToolExecutionExceptionProcessor,
-    is_unexpected,
-    new_error_id,
-    with_error_id,
-)
-from tool_calling.calls.retries import RetryPolicy, is_transient
-from tool_calling.calls.running import CallOutcome, run_governed_call
+from tool_calling.calls.failures import GovernedToolExecutionExceptionProcessor
+from tool_calling.calls.gate import approval_refusal_text
+from tool_calling.calls.inline import InlineScope, run_inline, run_search_call
 from tool_calling.conf import settings as app_settings
 from tool_calling.conversations import ConversationTurnAdvisor, TurnLog, memory_advisor
 from tool_calling.core._settings import core_settings
-from tool_calling.core.augment import AugmentedToolCallback
 from tool_calling.core.chat.advisors.tool_search import ToolSearchToolCallingAdvisor
 from tool_calling.core.chat.client import ChatClient, ChatClientBuilder
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.chat.model import ChatModel
-from tool_calling.core.errors import ToolArgumentsError
 from tool_calling.core.execution.exception_processor import ToolExecutionExceptionProcessor
 from tool_calling.core.execution.manager import DefaultToolCallingManager, ToolCallExecutor
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
-from tool_calling.core.tools.callback import ToolCallback, ToolExecutionException
+from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.registry import ToolRegistry
 from tool_calling.resolvers import DatabaseToolCallbackResolver, GovernedTools
@@ -60,26 +52,20 @@ __all__ = [
     "exception_processor",
     "governed_chat_client",
     "governed_turn",
-    "run_search_call",
 ]
 
 
 logger = logging.getLogger("tool_calling.calls")
 
-S = models.ExecutionStatus
-
-
-def _exc_info(cause: BaseException | None) -> Any:
-    return (type(cause), cause, cause.__traceback__) if cause is not None else None
-
 
 class GovernedToolCallingManager(DefaultToolCallingManager):
     """Executes tool calls under governance and records a ``ToolExecution`` for each.
 
-    Before a tool runs its ``Tool`` row is read again (enabled, present, allowed for the user),
-    so an operator who disables or restricts a tool after the model asked for it stops the call.
-    Calls of tools the request does not offer, and calls a limit refuses, are audited as
-    refused.
+    Every call passes the gate (``calls.gate``) before its tool runs: in this process
+    (``calls.inline``, with its retries) or on a Celery worker, whose gate applies again. Calls
+    of tools the request does not offer, and calls the gate or a limit refuses, are audited as
+    refused; a call over a limit meets the gate's rules first, so it reads the first rule
+    that refuses it.
 
     A batch with calls of tools whose execution mode is ``"celery"`` (the tool's own, else
     ``EXECUTION["MODE"]``) runs through a ``RoutingToolCallExecutor``: those go to Celery
@@ -96,8 +82,11 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         governed: The turn's snapshot of the tools the user may use.
         conversation_id: Recorded in the audit.
         user: Whose governance applies.
-        run_id: The durable run whose calls this manager plans (recorded in the audit).
+        run_id: The durable run whose calls this manager plans (recorded in the audit); its
+            calls can wait for a person's approval.
         log: The turn's memory: it knows the stored assistant message a batch answers.
+        approval_text: What the model reads of a call that needs approval where the turn
+            cannot wait for one (``calls.gate.approval_refusal_text`` by default).
         **kwargs: As ``DefaultToolCallingManager``.
     """
 
@@ -109,6 +98,7 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         user: Any = None,
         run_id: uuid.UUID | None = None,
         log: TurnLog | None = None,
+        approval_text: Callable[[str], str] = approval_refusal_text,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("limits", governed.limits(core_settings().limits))
@@ -117,6 +107,7 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         self.conversation_id = conversation_id
         self.run_id = run_id
         self.log = log
+        self.approval_text = approval_text
         self.user = user if getattr(user, "is_authenticated", False) else None
         # Calls on other threads (the pool of a batch) give their database connections back.
         self._home = threading.get_ident()
@@ -154,14 +145,53 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             row = models.Tool.objects.filter(name=name).first()
         return row
 
-    def _observed(self, callback: ToolCallback) -> dict[str, Any]:
-        """What the ``execute_tool`` span of an in-process call carries besides the call."""
-        return {
-            "execution_mode": observability.INLINE,
-            "description": callback.definition.description,
-            "conversation_id": self.conversation_id,
-            "run_id": self.run_id,
-        }
+    def scope(self) -> InlineScope:
+        """Whose turn the calls belong to, as their audit rows record it."""
+        return InlineScope(
+            self.user,
+            self.conversation_id,
+            self.assistant_message_id,
+            self.run_id,
+            self.approval_text,
+        )
+
+    def refuse_over_limit(
+        self,
+        tool_call: ToolCall,
+        callback: ToolCallback | None,
+        tool_context: ToolContext,
+        response_text: str,
+    ) -> ToolOutcome | None:
+        """A call over a limit meets the gate's rules first: the first that refuses answers it.
+
+        Refused by the limit itself, it is audited as a limit refusal and the limit decides
+        (``ON_LIMIT_EXCEEDED``); nothing is taken from its quotas either way.
+        """
+        if callback is None or is_search_call(callback):
+            self.on_limit_exceeded(tool_call, response_text)
+            return None
+        verdict = gate.admit(
+            gate.GateCall(
+                tool_call,
+                callback,
+                self.user,
+                tool_context,
+                can_wait=self.run_id is not None,
+                approval_text=self.approval_text,
+                over_limit=response_text,
+            )
+        )
+        if verdict.refused_by is gate.Rule.LIMIT or verdict.outcome is None:
+            self.on_limit_exceeded(tool_call, response_text)
+            return None
+        lifecycle.record_refused(
+            tool_call,
+            verdict.text,
+            tool=self._row(tool_call.name),
+            outcome=verdict.outcome,
+            **self.scope().recorded,
+        )
+        return verdict.outcome
 
     def on_limit_exceeded(self, tool_call: ToolCall, response_text: str) -> None:
         """Audit a call refused by a call limit as refused (it never ran)."""
@@ -176,151 +206,28 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             tool_call,
             response_text,
             tool=self._row(tool_call.name),
-            user=self.user,
-            conversation_id=self.conversation_id,
-            assistant_message_id=self.assistant_message_id,
-            run_id=self.run_id,
+            **self.scope().recorded,
         )
 
     def call_tool(
         self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
     ) -> str:
-        """Re-check governance, run the tool in-process and record the outcome in the audit."""
+        """Run the call in-process through the gate, audited (``calls.inline``)."""
         try:
-            return self._governed_call(callback, tool_call, tool_context)
+            scope = self.scope()
+            if is_search_call(callback):
+                _, outcome = run_search_call(
+                    callback, tool_call, tool_context, keep=False, **scope.recorded
+                )
+                if outcome.kind is not ToolOutcomeKind.OK:
+                    raise outcome.as_exception()
+                return outcome.text
+            tool = self.governed.rows.get(tool_call.name)
+            return run_inline(callback, tool_call, tool_context, scope=scope, tool=tool)
         finally:
             if threading.get_ident() != self._home:
                 close_old_connections()
                 connections.close_all()
-
-    def _scope(self) -> dict[str, Any]:
-        return {
-            "user": self.user,
-            "conversation_id": self.conversation_id,
-            "assistant_message_id": self.assistant_message_id,
-            "run_id": self.run_id,
-        }
-
-    def _governed_call(
-        self, callback: ToolCallback, tool_call: ToolCall, tool_context: ToolContext
-    ) -> str:
-        scope = self._scope()
-        if is_search_call(callback):
-            _, outcome = run_search_call(callback, tool_call, tool_context, keep=False, **scope)
-            if outcome.kind is not ToolOutcomeKind.OK:
-                raise outcome.as_exception()
-            return outcome.text
-        name = tool_call.name
-        tool = self.governed.rows.get(name)
-        refs: list[lifecycle.CallRef] = []
-        rejected: ToolArgumentsError | None = None
-        try:
-            own_call, values = split_call(callback, tool_call, tool_context)
-        except ToolArgumentsError as exc:  # recorded as the failed call it is, below
-            own_call, values, rejected = tool_call, {}, exc
-        runs = callback.delegate if isinstance(callback, AugmentedToolCallback) else callback
-
-        def start() -> None:
-            refs.append(lifecycle.record_started(own_call, tool=tool, augmented=values, **scope))
-
-        base = super().call_tool
-
-        def run() -> str:
-            if rejected is not None:
-                raise rejected
-            return base(runs, own_call, tool_context)
-
-        def attempt(count_quota: bool, on_start: Any) -> CallOutcome:
-            # One execute_tool span per attempt, with the attempt's number (a retry's too).
-            number = refs[-1].attempt if refs and on_start is None else 1
-            observed_as = self._observed(runs)
-            with observability.tool_call(own_call, attempt=number, **observed_as) as observed:
-                return observed.ended(
-                    run_governed_call(
-                        name,
-                        self.user,
-                        run,
-                        on_start=on_start,
-                        callback=runs,
-                        arguments=own_call.arguments,
-                        context=tool_context,
-                        count_quota=count_quota,
-                    )
-                )
-
-        result = attempt(True, start)
-        if not refs:  # refused before it started
-            lifecycle.record_refused(tool_call, result.text, tool=tool, **scope)
-            raise result.outcome.as_exception()  # a ToolFailure: the manager tells the model
-        result = self._retried(refs, result, attempt)
-        error_id = ""
-        if is_unexpected(result.outcome):
-            error_id = new_error_id()
-            logger.error(
-                "Tool call %s (%r) failed with an unexpected error (error id %s)",
-                refs[-1].execution_id,
-                name,
-                error_id,
-                exc_info=_exc_info(result.outcome.cause),
-            )
-        lifecycle.finish(
-            refs[-1],
-            result.status,
-            result.outcome,
-            duration_ms=result.duration_ms,
-            keep=False,
-            error_id=error_id,
-        )
-        if result.outcome.kind is not ToolOutcomeKind.OK:
-            # What the tool raised, or (refused) a ToolFailure: the manager decides. The error
-            # id travels on the exception to the exception processor (S13).
-            with_error_id(result.outcome, error_id)
-            raised = result.outcome.exception
-            if error_id and isinstance(raised, ToolExecutionException):
-                raise raised
-            raise result.outcome.as_exception()
-        return result.text
-
-    def _retried(
-        self,
-        refs: list[lifecycle.CallRef],
-        result: CallOutcome,
-        attempt: Any,
-    ) -> CallOutcome:
-        """Run a call that failed transiently again, in this thread, as its tool says (R6).
-
-        Each retry is the ``retry`` transition (the failed attempt kept in the audit), a pause,
-        then ``claim`` as the next attempt; governance is checked again before each.
-        """
-        earlier: list[dict[str, Any]] = []
-        while result.status == S.FAILED and result.rules is not None:
-            policy = RetryPolicy.of(result.rules)
-            ref = refs[-1]
-            transient = is_transient(result.outcome, idempotent=result.rules.idempotent)
-            if not (transient and policy.allows_retry(ref.attempt)):
-                break
-            pause = policy.pause(ref.attempt)
-            recorded = lifecycle.retry(
-                ref, result.outcome, earlier=earlier, duration_ms=result.duration_ms, pause=pause
-            )
-            if recorded is None:
-                break
-            earlier = recorded
-            logger.warning(
-                "Tool call %s (%r): attempt %s failed (%s); retrying in %.2f s",
-                ref.execution_id,
-                ref.tool_name,
-                ref.attempt,
-                result.outcome.type_name,
-                pause,
-            )
-            time.sleep(pause)
-            claimed = lifecycle.claim(ref, S.PENDING, task_id="", worker="in-process")
-            if claimed is None:
-                break
-            refs.append(claimed)
-            result = attempt(False, None)
-        return result
 
 
 class _SearchInProcess:
@@ -346,46 +253,6 @@ class _SearchInProcess:
         except BaseException as exc:  # the manager classifies it, as for any call
             future.set_exception(exc)
         return future
-
-
-def run_search_call(
-    callback: ToolCallback,
-    tool_call: ToolCall,
-    tool_context: ToolContext,
-    *,
-    keep: bool,
-    **scope: Any,
-) -> tuple[lifecycle.CallRef, ToolOutcome]:
-    """Run a turn's ``tool_search`` call in this process and audit it: its row and outcome.
-
-    It has no ``Tool`` row to re-check: it only searches the tools the turn offers, and what
-    it finds runs governed like any call. Recorded ``running``, then ``succeeded`` or
-    ``failed`` (``keep``: the exact outcome stays in the working data, for a durable run's
-    next stage).
-
-    Args:
-        callback: The search tool of the turn.
-        tool_call: The model's call.
-        tool_context: The turn's tool context.
-        keep: Keep the exact outcome in the row's working data.
-        **scope: ``user``, ``conversation_id``, ``assistant_message_id``, ``run_id``.
-    """
-    ref = lifecycle.record_started(tool_call, tool=None, **scope)
-    started = time.monotonic()
-    raw = tool_call.arguments
-    arguments = raw if raw and not raw.isspace() else "{}"
-    try:
-        outcome = ToolOutcome.ok(callback.call(arguments, tool_context))
-    except BaseException as exc:  # classified; the manager decides what the model sees
-        outcome = ToolOutcome.from_exception(exc)
-    status = (
-        models.ExecutionStatus.SUCCEEDED
-        if outcome.kind is ToolOutcomeKind.OK
-        else models.ExecutionStatus.FAILED
-    )
-    duration = int((time.monotonic() - started) * 1000)
-    lifecycle.finish(ref, status, outcome, duration_ms=duration, keep=keep)
-    return ref, outcome
 
 
 @functools.cache
@@ -469,8 +336,12 @@ def governed_turn(
     tool_registry: ToolRegistry | None = None,
     run_id: uuid.UUID | None = None,
     log: TurnLog | None = None,
+    approval_text: Callable[[str], str] = approval_refusal_text,
 ) -> GovernedTurn:
     """Read the database's governance for one turn of ``user`` (a snapshot of the tools).
+
+    ``approval_text`` is what the model (or an MCP client) reads of a call that needs a person's
+    approval where the turn cannot wait for one (a turn without a ``run_id``).
 
     ``RESOLUTION_FALLBACK_ENABLED`` lets a call of a tool the turn did not offer (narrowed by
     ``tool_names``) run when the database resolver finds it enabled and allowed for ``user``.
@@ -485,6 +356,7 @@ def governed_turn(
         user=user,
         run_id=run_id,
         log=log,
+        approval_text=approval_text,
         resolver=DatabaseToolCallbackResolver(user, governed.registry),
         resolution_fallback_enabled=bool(app_settings.RESOLUTION_FALLBACK_ENABLED),
         exception_processor=exception_processor(),

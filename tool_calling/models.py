@@ -842,6 +842,10 @@ class Run(models.Model):
         verbose_name = _("run")
         verbose_name_plural = _("runs")
         ordering = ["-created_at"]
+        permissions = [
+            ("cancel_run", _("Can cancel another user's run")),
+            ("retry_run", _("Can retry another user's run (with the tools it offers)")),
+        ]
         indexes = [
             models.Index(fields=["conversation", "-created_at"], name="tc_run_conv_created"),
             models.Index(fields=["status", "-created_at"], name="tc_run_status_created"),
@@ -905,6 +909,36 @@ class QuotaCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} {self.scope} {self.window_start:%Y-%m-%d %H:%M:%S}: {self.count}"
+
+
+class RequestHistory(models.Model):
+    """When a client's requests of one rate-limited kind came, within its rate's window (S24).
+
+    Written only by ``tool_calling.api.throttling``: read with a row lock and written back in
+    the same transaction, so concurrent requests from any number of processes never pass more
+    than the rate allows. One row per scope and client.
+    """
+
+    key = models.CharField(
+        _("key"),
+        max_length=255,
+        unique=True,
+        help_text=_("The scope and the client, as DRF's throttles name them."),
+    )
+    times = models.JSONField(
+        _("times"),
+        default=list,
+        help_text=_("When the requests within the window came (seconds since the epoch)."),
+    )
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("request history")
+        verbose_name_plural = _("request histories")
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return f"{self.key}: {len(self.times)}"
 
 
 class PendingApproval(ToolExecution):

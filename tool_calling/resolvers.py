@@ -24,11 +24,11 @@ from django.db.models.functions import JSONObject
 
 from tool_calling import models
 from tool_calling._prepared import PreparedQuery
+from tool_calling.calls.authorization import missing_permission
 from tool_calling.core.execution.limits import ToolCallLimits
 from tool_calling.core.execution.resolvers import ToolCallbackResolver
-from tool_calling.core.tools.callback import ToolCallback
-from tool_calling.core.tools.context import ToolContext
-from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
+from tool_calling.core.tools.callback import DelegatingToolCallback, ToolCallback
+from tool_calling.core.tools.definition import ToolMetadata
 from tool_calling.mcp import clients as mcp_clients
 from tool_calling.registry import ToolRegistry, registry
 
@@ -200,31 +200,18 @@ def is_available_to(name: str, user: Any = None) -> bool:
     return approval_required(name, user) is not None
 
 
-class OperatorSettingsToolCallback(ToolCallback):
+class OperatorSettingsToolCallback(DelegatingToolCallback):
     """A registered tool with the metadata an operator set in the admin (return-direct)."""
 
     def __init__(self, delegate: ToolCallback, return_direct: bool) -> None:
-        self.delegate = delegate
+        super().__init__(delegate)
         # Everything else of the delegate's metadata (approval, search tags) is kept.
         self._metadata = dataclasses.replace(delegate.metadata, return_direct=return_direct)
-
-    @property
-    def definition(self) -> ToolDefinition:
-        """The delegate's definition."""
-        return self.delegate.definition
 
     @property
     def metadata(self) -> ToolMetadata:
         """The operator's return-direct setting."""
         return self._metadata
-
-    def call(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
-        """Run the delegate."""
-        return self.delegate.call(tool_input, tool_context)
-
-    async def acall(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
-        """Run the delegate (async)."""
-        return await self.delegate.acall(tool_input, tool_context)
 
 
 def _pk(user: Any) -> Any:
@@ -252,7 +239,8 @@ class GovernedTools:
     """A snapshot, taken once per turn, of the tools a user may use and their limits.
 
     A tool is available when it is registered in code, has a ``Tool`` row that is enabled and
-    not missing, and either has no allowed groups or shares one with the user. The tools of MCP
+    not missing, either has no allowed groups or shares one with the user, and the user holds
+    the permissions its code and its operator require (its per-call check aside). The tools of MCP
     servers (``Tool`` rows linked to an ``McpServer``) are available on the same terms, as long
     as their server is enabled and allows the user, and the definition the server lists is the
     approved one; their callbacks call the server with the approved (pinned) definition. A
@@ -290,7 +278,7 @@ class GovernedTools:
             if row is None or not row.is_available or not getattr(row, "usable", False):
                 continue
             callback = self.registry.get(name)
-            if callback is not None:
+            if callback is not None and self._permitted(name, callback, row):
                 if callback.metadata.return_direct != row.return_direct:
                     callback = OperatorSettingsToolCallback(callback, row.return_direct)
                 self.available[name] = callback
@@ -299,7 +287,31 @@ class GovernedTools:
             if name in self.registry or not row.is_available or not getattr(row, "usable", False):
                 continue
             if _mcp_ready(row):
-                self.available[name] = mcp_clients.server_tool_callback(row.mcp)
+                remote = mcp_clients.server_tool_callback(row.mcp)
+                if self._permitted(name, remote, row):
+                    self.available[name] = remote
+
+    def _permitted(self, name: str, callback: ToolCallback, row: models.Tool) -> bool:
+        """Whether the user holds the permissions the tool requires of every caller (S4).
+
+        The gate's own rule (``calls.authorization.missing_permission``): a tool the user may
+        not call is neither listed nor offered, rather than refused at call time.
+        """
+        return (
+            missing_permission(name, self.user, callback=callback, permission=row.permission)
+            is None
+        )
+
+    def rules(self, name: str) -> CallRules | None:
+        """The rules of tool ``name`` as of this snapshot; ``None`` when it is not available.
+
+        For a decision taken with the snapshot (which calls of a durable run's batch wait for a
+        person); :func:`call_rules` reads them again where a call runs.
+        """
+        row = self.rows.get(name)
+        if name not in self.available or row is None:
+            return None
+        return CallRules(*(getattr(row, field) for field in _RULE_FIELDS))
 
     def callbacks(self, names: list[str] | None = None) -> list[ToolCallback]:
         """The available callbacks (only ``names``, if given), in registry order."""
@@ -370,7 +382,7 @@ def installed_callback(name: str) -> ToolCallback | None:
 
     The registry's tool, else the approved definition of an MCP server's tool (one query);
     ``None`` when neither exists. Callers re-check governance before they run it (a worker
-    runs ``calls.running.run_governed_call``).
+    asks the gate, ``calls.gate``).
     """
     callback = registry.get(name)
     if callback is not None:

@@ -72,11 +72,23 @@ def lookup_order(order_id: str) -> str:
     return f"Order {order_id}: shipped"
 
 
-def assistant(number: int, *calls: ToolCall, text: str | None = None) -> AssistantMessage:
-    """The assistant message ScriptedChatModel answers with at call ``number``."""
-    return AssistantMessage(
-        text, list(calls), {"id": f"chatcmpl-scripted-{number}", "role": "assistant"}
-    )
+def assistant(
+    number: int, *calls: ToolCall, text: str | None = None, usage: tuple[int, int] | None = None
+) -> AssistantMessage:
+    """The assistant message ScriptedChatModel answers with at call ``number``.
+
+    Memory stores it with the response's ``usage``: (prompt, completion) tokens, the words the
+    scripted model counted (outside the tool loop, summed over the turn's model calls).
+    """
+    metadata: dict[str, object] = {"id": f"chatcmpl-scripted-{number}", "role": "assistant"}
+    if usage is not None:
+        prompt, completion = usage
+        metadata["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+    return AssistantMessage(text, list(calls), metadata)
 
 
 def answered(*responses: ToolResponse) -> ToolResponseMessage:
@@ -708,15 +720,16 @@ def test_memory_outside_the_loop_stores_the_user_message_and_the_final_answer() 
     client.prompt("Weather in Oslo?").tools(get_weather).conversation_id("c1").call()
     client.prompt("What did I ask?").conversation_id("c1").call()
 
+    # The stored answer carries the turn's usage: (3 + 8, 2 + 3) tokens over its two calls.
     assert memory.get("c1") == [
         UserMessage("Weather in Oslo?"),
-        assistant(2, text="Sunny in Oslo."),
+        assistant(2, text="Sunny in Oslo.", usage=(11, 5)),
         UserMessage("What did I ask?"),
-        assistant(3, text="You asked about Oslo."),
+        assistant(3, text="You asked about Oslo.", usage=(10, 4)),
     ]
     assert model.requests[2].messages == [
         UserMessage("Weather in Oslo?"),
-        assistant(2, text="Sunny in Oslo."),
+        assistant(2, text="Sunny in Oslo.", usage=(11, 5)),
         UserMessage("What did I ask?"),
     ]
 
@@ -733,16 +746,17 @@ def test_memory_inside_the_loop_stores_every_tool_call_and_response() -> None:
     client.prompt("What did I ask?").system("Be brief.").conversation_id("c1").call()
 
     weather_call = ToolCall("call_1", "get_weather", '{"city":"Oslo"}')
+    # Each stored message carries the usage of its own model call.
     turn = [
         UserMessage("Weather in Oslo?"),
-        assistant(1, weather_call),
+        assistant(1, weather_call, usage=(5, 2)),
         answered(ToolResponse("call_1", "get_weather", "Sunny in Oslo")),
-        assistant(2, text="Sunny in Oslo."),
+        assistant(2, text="Sunny in Oslo.", usage=(10, 3)),
     ]
     assert memory.get("c1") == [
         *turn,
         UserMessage("What did I ask?"),
-        assistant(3, text="You asked about Oslo."),
+        assistant(3, text="You asked about Oslo.", usage=(17, 4)),
     ]
     assert model.requests[1].messages == [SystemMessage("Be brief."), *turn[:3]]
     assert model.requests[2].messages == [
@@ -795,7 +809,26 @@ def test_memory_already_in_the_prompt_is_not_duplicated() -> None:
     assert memory.get("c1") == [
         *history,
         UserMessage("How are you?"),
-        assistant(1, text="Fine, thanks."),
+        assistant(1, text="Fine, thanks.", usage=(5, 2)),
+    ]
+
+
+def test_a_resent_answer_is_not_duplicated_although_memory_added_its_usage() -> None:
+    memory = MessageWindowChatMemory()
+    model = ScriptedChatModel([text("Hello!"), text("Fine.")])
+    client = ChatClient.builder(model).default_advisors(MessageChatMemoryAdvisor(memory)).build()
+
+    response = client.prompt("Hi").call().chat_response()
+    assert response is not None and response.result is not None
+    answer = response.result.output  # the caller's copy: the usage is the response's
+    client.prompt().messages(UserMessage("Hi"), answer).user("How are you?").call()
+
+    assert "usage" not in answer.metadata
+    assert memory.get("default") == [
+        UserMessage("Hi"),
+        assistant(1, text="Hello!", usage=(1, 1)),
+        UserMessage("How are you?"),
+        assistant(2, text="Fine.", usage=(5, 1)),
     ]
 
 
@@ -813,13 +846,14 @@ def test_memory_inside_with_a_resent_turn_is_not_duplicated() -> None:
 
     client.prompt("Weather?").tools(get_weather).call()
 
+    # The loop's copy of the first answer has no usage, memory's has: still the same message.
     expected_turn = [
         UserMessage("Weather?"),
-        assistant(1, ToolCall("call_1", "get_weather", '{"city":"Oslo"}')),
+        assistant(1, ToolCall("call_1", "get_weather", '{"city":"Oslo"}'), usage=(1, 2)),
         answered(ToolResponse("call_1", "get_weather", "Sunny in Oslo")),
     ]
     assert model.requests[1].messages == expected_turn
-    assert memory.get("default") == [*expected_turn, assistant(2, text="Sunny.")]
+    assert memory.get("default") == [*expected_turn, assistant(2, text="Sunny.", usage=(6, 1))]
 
 
 def test_system_messages_are_sent_but_never_stored() -> None:
@@ -838,7 +872,7 @@ def test_system_messages_are_sent_but_never_stored() -> None:
     assert model.requests[1].messages == [
         SystemMessage("Be brief."),
         UserMessage("one"),
-        assistant(1, text="a"),
+        assistant(1, text="a", usage=(3, 1)),
         UserMessage("two"),
     ]
     assert SystemMessage("Be brief.") not in memory.get("default")
@@ -856,10 +890,10 @@ def test_conversations_are_kept_apart() -> None:
     assert model.requests[1].messages == [UserMessage("to bob")]
     assert model.requests[2].messages == [
         UserMessage("to alice"),
-        assistant(1, text="a"),
+        assistant(1, text="a", usage=(2, 1)),
         UserMessage("again alice"),
     ]
-    assert memory.get("bob") == [UserMessage("to bob"), assistant(2, text="b")]
+    assert memory.get("bob") == [UserMessage("to bob"), assistant(2, text="b", usage=(2, 1))]
 
 
 def test_the_advisors_own_conversation_id_is_the_fallback() -> None:
@@ -869,7 +903,7 @@ def test_the_advisors_own_conversation_id_is_the_fallback() -> None:
 
     ChatClient.create(model).prompt("Hi").advisors(advisor).call()
 
-    assert memory.get("fixed") == [UserMessage("Hi"), assistant(1, text="a")]
+    assert memory.get("fixed") == [UserMessage("Hi"), assistant(1, text="a", usage=(1, 1))]
     assert memory.get("default") == []
 
 
@@ -888,7 +922,7 @@ def test_a_return_direct_turn_with_memory_inside_leaves_a_history_the_model_acce
     call = ToolCall("call_1", "lookup_order", '{"order_id":"A1"}')
     assert model.requests[1].messages == [
         UserMessage("Where is A1?"),
-        assistant(1, call),
+        assistant(1, call, usage=(3, 2)),
         answered(ToolResponse("call_1", "lookup_order", "Order A1: shipped")),
         AssistantMessage("Order A1: shipped"),
         UserMessage("Thanks"),

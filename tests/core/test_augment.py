@@ -364,3 +364,14 @@ def test_split_gives_the_values_and_the_tools_input_without_calling_the_consumer
     assert event.tool_context["conversation_id"] == "c1"
     assert json.loads(delegated) == {"city": "Oslo"}
     assert received == [] and ran == []
+
+
+def test_validating_checks_the_augmented_fields_then_the_tools_own_without_running() -> None:
+    callback = AugmentedToolCallback(tool_callbacks(get_weather)[0], Thinking, received.append)
+    good = {"inner_thought": "asked", "confidence": "high", "city": "Oslo"}
+    callback.validate_arguments(json.dumps(good))
+    with pytest.raises(ToolArgumentsError, match="confidence"):
+        callback.validate_arguments(json.dumps({**good, "confidence": "sure"}))
+    with pytest.raises(ToolArgumentsError, match="unit: Input should be 'c' or 'f'"):
+        callback.validate_arguments(json.dumps({**good, "unit": "k"}))
+    assert received == [] and ran == []

@@ -628,3 +628,71 @@ def test_tool_param_and_annotated_types_in_callbacks() -> None:
         "description": "Who to greet",
     }
     assert callback.call('{"name": "Bo"}') == "hi Bo"
+
+
+# -- validate_arguments on every tool, and the wrappers' base ------------------------------------
+
+
+class _Remote(ToolCallback):
+    """A tool with only a schema (no function): the base class's check applies."""
+
+    @property
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(
+            "remote",
+            "A remote tool.",
+            {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        )
+
+    def call(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
+        return f"remote {tool_input}"
+
+
+def test_every_tool_validates_its_arguments_without_running() -> None:
+    remote = _Remote()
+    remote.validate_arguments('{"city": "Oslo"}')
+    with pytest.raises(ToolArgumentsError) as raised:
+        remote.validate_arguments('{"town": "Oslo"}')
+    assert str(raised.value) == (
+        "Invalid arguments for tool 'remote':\n- city: Field required\n"
+        "- town: Unknown parameter; remove it"
+    )
+    with pytest.raises(ToolArgumentsError, match="must be a JSON object"):
+        remote.validate_arguments("[1]")
+    assert remote.function is None
+
+
+@tool
+def _greet(name: str) -> str:
+    """Greet someone."""
+    return f"hello {name}"
+
+
+def test_a_wrapper_forwards_everything_it_does_not_change() -> None:
+    from tool_calling.core.tools.callback import DelegatingToolCallback
+
+    class Direct(DelegatingToolCallback):
+        @property
+        def metadata(self) -> ToolMetadata:
+            return ToolMetadata(return_direct=True)
+
+    inner = FunctionToolCallback(_greet)
+    wrapper = Direct(inner)
+    assert wrapper.delegate is inner
+    assert (wrapper.definition, wrapper.name, wrapper.function) == (
+        inner.definition,
+        "_greet",
+        _greet,
+    )
+    assert wrapper.metadata.return_direct and not inner.metadata.return_direct
+    assert wrapper.call('{"name": "Ada"}') == "hello Ada"
+    assert asyncio.run(wrapper.acall('{"name": "Ada"}')) == "hello Ada"
+    # The wrapped tool's own check, its types included (the base class's would pass this).
+    with pytest.raises(ToolArgumentsError, match="name: Input should be a valid string"):
+        wrapper.validate_arguments('{"name": 5}')
+    assert repr(wrapper) == "<Direct '_greet' of <FunctionToolCallback '_greet'>>"

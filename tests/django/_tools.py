@@ -1,5 +1,8 @@
 """Helpers of the Django-level tests: test tools in the project registry, the runs' model."""
 
+import io
+import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -53,3 +56,46 @@ def chat_model(model):
 def tool_calling_settings(**keys):
     """The test settings' ``TOOL_CALLING`` with ``keys`` changed (for ``override_settings``)."""
     return {**settings.TOOL_CALLING, **keys}
+
+
+@contextmanager
+def every_log_record_at_debug() -> Iterator[io.StringIO]:
+    """Every logger at DEBUG into one buffer, also those that do not propagate to the root."""
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    loggers = [logging.getLogger()] + [
+        logger
+        for logger in logging.Logger.manager.loggerDict.values()
+        if isinstance(logger, logging.Logger) and (not logger.propagate or logger.handlers)
+    ]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    try:
+        yield buffer
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+
+@contextmanager
+def current_celery_app(main="bare", **conf):
+    """A new Celery app (no Django settings, ``conf`` only) as the current one, then the old.
+
+    What a project that installed Celery but never defined its app (Celery's Django guide:
+    ``<project>/celery.py``) runs with: Celery's default app, which reads no ``CELERY_*``.
+    """
+    from celery import Celery, current_app
+
+    previous = current_app._get_current_object()
+    app = Celery(main, set_as_current=False)
+    app.conf.update(conf)
+    app.set_current()
+    try:
+        yield app
+    finally:
+        previous.set_current()

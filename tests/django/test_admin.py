@@ -8,13 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib import admin as django_admin
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.db import connection
-from django.test import RequestFactory
+from django.test import RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
@@ -861,3 +862,47 @@ def test_only_superusers_delete_audit_rows(
     admin_delete = admin_client.post(url, {"post": "yes"})
     assert admin_delete.status_code == 302
     assert not models.ToolExecution.objects.filter(pk=ok.pk).exists()
+
+
+def test_the_queue_field_offers_the_thread_and_process_queues_and_says_what_runs_each(
+    admin_client: Any,
+) -> None:
+    tool = make_tool("t_queue")
+    url = reverse("admin:tool_calling_tool_change", args=[tool.pk])
+    html = admin_client.get(url).content.decode()
+    assert 'list="id_queue_queues"' in html
+    assert (
+        '<datalist id="id_queue_queues">'
+        '<option value="tool_calling" label="threads: tools that wait on the network (default)">'
+        "</option>"
+        '<option value="tool_calling_processes" label="processes: CPU-heavy or untrusted tools">'
+        "</option></datalist>"
+    ) in html
+    assert (
+        "Blank: tool_calling, where the calls wait on the network in a worker's threads. "
+        "tool_calling_processes: a process of its own per call, for CPU-heavy or untrusted code"
+    ) in html
+
+    execution = {**settings.TOOL_CALLING.get("EXECUTION", {}), "PROCESS_QUEUE": "heavy"}
+    with override_settings(TOOL_CALLING={**settings.TOOL_CALLING, "EXECUTION": execution}):
+        html = admin_client.get(url).content.decode()
+    assert '<option value="heavy" label="processes: CPU-heavy or untrusted tools">' in html
+    assert "heavy: a process of its own per call" in html
+
+    data = {
+        "enabled": "on",
+        "execution_mode": "celery",
+        "queue": "tool_calling_processes",
+        "timeout": "",
+        "quota_window": "60",
+        "retries": "0",
+        "retry_backoff": "1.0",
+        "limit_override-TOTAL_FORMS": "0",
+        "limit_override-INITIAL_FORMS": "0",
+        "limit_override-MIN_NUM_FORMS": "0",
+        "limit_override-MAX_NUM_FORMS": "1",
+    }
+    response = admin_client.post(url, data)
+    assert response.status_code == 302, response.context and response.context["errors"]
+    tool.refresh_from_db()
+    assert tool.queue == "tool_calling_processes"

@@ -19,6 +19,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from tests.django._api import client_for, url
 from tests.django._tools import registered, tool_calling_settings
 from tool_calling import ToolContext, ToolResponse, ToolResponseMessage, models, tool
 from tool_calling.calls import quotas
@@ -28,6 +29,7 @@ from tool_calling.calls.retries import RetryPolicy, TransientToolError
 from tool_calling.core.chat.client import ChatClient
 from tool_calling.exceptions import ToolFailure
 from tool_calling.governance import governed_chat_client
+from tool_calling.mcp.serving import McpPrincipal, _list_tools
 from tool_calling.testing import ScriptedChatModel, text, tool_call, tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -231,9 +233,12 @@ def test_s4_the_model_passing_another_users_object_id_is_refused_and_audited(
         alice,
     )
     assert second.status == "succeeded"
-    assert f"Refused a call of tool 'conversation_title' for user {alice.pk}: {refused}" in (
+    # The log names the tool, the user and the rule; the reason (a check may quote the call's
+    # arguments) is in the audit row only.
+    assert f"Refused a call of tool 'conversation_title' for user {alice.pk} (permission)" in (
         caplog.text
     )
+    assert refused not in caplog.text
     # The check ran as Alice, and its query carries the tenant filter.
     assert [(c.user, c.arguments) for c in CHECKED] == [
         (alice, {"conversation_id": str(bobs.pk)}),
@@ -246,17 +251,13 @@ def test_s4_the_model_passing_another_users_object_id_is_refused_and_audited(
 
 
 def test_s4_permissions_the_code_and_the_operator_require(mode, alice):
+    """Without the permission the tool is not offered, and a call of it is refused unrun."""
     model = ScriptedChatModel([tool_call("list_users"), text("Done")])
     turn(model, alice)
-    assert responses(model) == [
-        ToolResponse(
-            "call_1",
-            "list_users",
-            "Tool 'list_users' needs the permission 'auth.view_user', which the user of this "
-            "conversation does not have. The call was not made; do not try it again.",
-            True,
-        )
-    ]
+    assert model.tool_names_seen[0].count("list_users") == 0
+    [refused] = responses(model)
+    assert refused.is_error
+    assert refused.response_data.startswith("Unknown or disabled tool 'list_users'.")
     alice = grant(alice, "auth.view_user")
     model = ScriptedChatModel([tool_call("list_users"), text("Done")])
     turn(model, alice)
@@ -265,12 +266,34 @@ def test_s4_permissions_the_code_and_the_operator_require(mode, alice):
     configure("list_users", permission="auth.change_user")  # the operator asks for more
     model = ScriptedChatModel([tool_call("list_users"), text("Done")])
     turn(model, alice)
-    assert responses(model)[0].response_data.startswith(
-        "Tool 'list_users' needs the permission 'auth.change_user'"
-    )
+    assert responses(model)[0].response_data.startswith("Unknown or disabled tool 'list_users'.")
     assert RAN == [("list_users", None)]
     statuses = list(models.ToolExecution.objects.order_by("pk").values_list("status", flat=True))
     assert statuses == ["refused", "succeeded", "refused"]
+
+
+def test_s4_a_permission_withdrawn_after_the_offer_refuses_the_call(mode, alice):
+    """The gate checks the permissions again when the call runs (S2, S4)."""
+    alice = grant(alice, "auth.view_user")
+
+    def operator_asks_for_more(prompt):
+        configure("list_users", permission="auth.change_user")
+        return tool_call("list_users")
+
+    model = ScriptedChatModel([operator_asks_for_more, text("Done")])
+    turn(model, alice)
+    assert "list_users" in model.tool_names_seen[0]
+    assert responses(model) == [
+        ToolResponse(
+            "call_1",
+            "list_users",
+            "Tool 'list_users' needs the permission 'auth.change_user', which the user of this "
+            "conversation does not have. The call was not made; do not try it again.",
+            True,
+        )
+    ]
+    assert RAN == []
+    assert models.ToolExecution.objects.get().status == "refused"
 
 
 def test_s4_a_check_that_fails_refuses_the_call_and_one_may_say_why(mode, alice, caplog):
@@ -296,7 +319,8 @@ def test_s4_a_check_that_fails_refuses_the_call_and_one_may_say_why(mode, alice,
 def test_s4_a_turn_without_a_user_holds_no_permission():
     model = ScriptedChatModel([tool_call("list_users"), text("Done")])
     turn(model, None)
-    assert "needs the permission 'auth.view_user'" in responses(model)[0].response_data
+    assert "list_users" not in model.tool_names_seen[0]
+    assert responses(model)[0].response_data.startswith("Unknown or disabled tool 'list_users'.")
     assert RAN == []
 
 
@@ -314,6 +338,32 @@ def test_s4_a_turn_without_a_user_holds_no_permission():
 def test_s4_authorize_refuses_what_it_cannot_check(kwargs, message):
     with pytest.raises(TypeError, match=re.escape(message)):
         authorize(**kwargs)
+
+
+def _listed_everywhere(user):
+    """The tool names ``user`` is given: by /mcp/'s tools/list, to the model, by the API."""
+    mcp = {definition.name for definition in _list_tools(McpPrincipal(user))}
+    model = ScriptedChatModel([text("Hi")])
+    turn(model, user)
+    offered = set(model.tool_names_seen[0])
+    if user is None:  # the API has no anonymous users
+        return mcp, offered
+    return mcp, offered, {entry["name"] for entry in client_for(user).get(url("tool-list")).data}
+
+
+def test_s22_a_tool_the_user_may_not_call_is_neither_listed_nor_offered(mode, alice):
+    """The permissions of a tool's code (list_users) and of its operator (metered) decide what
+    a user is shown and the model offered, not only what a call may do."""
+    configure("metered", permission="auth.change_user")
+    for names in _listed_everywhere(alice):
+        assert {"list_users", "metered"}.isdisjoint(names)
+        assert "flaky" in names
+    alice = grant(grant(alice, "auth.view_user"), "auth.change_user")
+    for names in _listed_everywhere(alice):
+        assert {"list_users", "metered", "flaky"} <= names
+    # A turn without a user holds no permission: neither is offered.
+    for names in _listed_everywhere(None):
+        assert {"list_users", "metered"}.isdisjoint(names)
 
 
 # --- S8: quotas, counted atomically --------------------------------------------------------------

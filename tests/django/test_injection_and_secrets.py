@@ -9,11 +9,7 @@ then the whole database, every log record and every API answer are searched for 
 
 from __future__ import annotations
 
-import io
 import json
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -21,7 +17,12 @@ from django.db import connection
 from django.test import override_settings
 
 from tests.django._api import client_for, url
-from tests.django._tools import chat_model, registered, tool_calling_settings
+from tests.django._tools import (
+    chat_model,
+    every_log_record_at_debug,
+    registered,
+    tool_calling_settings,
+)
 from tool_calling import ToolContext, ToolResponse, ToolResponseMessage, models, runs, tool
 from tool_calling.governance import governed_chat_client
 from tool_calling.testing import ReplayServer, ScriptedChatModel, text, tool_call
@@ -170,30 +171,6 @@ def test_s11_in_process_a_gated_tool_is_refused_outright(alice):
 
 
 # --- S12 ------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def every_log_record_at_debug() -> Iterator[io.StringIO]:
-    """Every logger at DEBUG into one buffer, also those that do not propagate to the root."""
-    buffer = io.StringIO()
-    handler = logging.StreamHandler(buffer)
-    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-    handler.setLevel(logging.DEBUG)
-    loggers = [logging.getLogger()] + [
-        logger
-        for logger in logging.Logger.manager.loggerDict.values()
-        if isinstance(logger, logging.Logger) and (not logger.propagate or logger.handlers)
-    ]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
-    try:
-        yield buffer
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.removeHandler(handler)
-            logger.setLevel(level)
 
 
 def database_dump() -> str:

@@ -1,29 +1,25 @@
-"""The turn throttle counts across processes: the example project keeps it in Redis.
+"""The turn throttle counts across processes, atomically: in the project's database (S24).
 
-DRF's throttles count in Django's default cache. With the local-memory cache (Django's default,
-and the example project's until issue #15) every web and worker process counts on its own, so
-two uvicorn workers allowed twice the rate. The example project's ``CACHES`` point at Redis
-(``REDIS_URL``): two processes here share one count.
+DRF's throttles count in Django's default cache, reading, deciding and writing back: with the
+local-memory cache every process counted on its own, and with a shared cache (Redis) requests
+that came together all passed. ``tool_calling.api.throttling.TurnRateThrottle`` counts in the
+database, under a row lock: the processes here share one count, and however many requests come
+at once, no more than the rate pass.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tool_calling.testing.services import find_redis_server
+from ._project import ROOT, migrate, project_env
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # One process of the example project asking the turn throttle N times for user 1, as
 # POST .../messages/ does; prints how many were allowed.
@@ -42,37 +38,36 @@ print(json.dumps(allowed))
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def redis_url(tmp_path):
-    port = free_port()
-    binary, _ = find_redis_server()
-    process = subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
-    while True:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail("redis-server did not start")
-        time.sleep(0.05)
+# One process of the example project asking the throttle N times at once, on N threads, when
+# the file GO exists (after writing READY); prints how many were allowed and how many got 503.
+ASK_AT_ONCE = """
+import json, sys, threading, time, types
+from pathlib import Path
+import django
+django.setup()
+from django.db import connections
+from tool_calling.api.views import RateLimiterUnavailable, TurnRateThrottle
+count, ready, go = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+request = types.SimpleNamespace(user=types.SimpleNamespace(is_authenticated=True, pk=1), META={})
+view = types.SimpleNamespace(throttle_scope="tool_calling_turns")
+answers = []
+def ask():
+    while not go.exists():
+        time.sleep(0.001)
     try:
-        yield f"redis://127.0.0.1:{port}/0", process
+        answers.append(bool(TurnRateThrottle().allow_request(request, view)))
+    except RateLimiterUnavailable:
+        answers.append(503)
     finally:
-        process.send_signal(signal.SIGCONT)
-        process.terminate()
-        process.wait(10)
+        connections.close_all()
+threads = [threading.Thread(target=ask) for _ in range(count)]
+for thread in threads:
+    thread.start()
+ready.touch()
+for thread in threads:
+    thread.join()
+print(json.dumps([answers.count(True), answers.count(503)]))
+"""
 
 
 def ask(times: int, env: dict[str, str]) -> int:
@@ -90,29 +85,58 @@ def ask(times: int, env: dict[str, str]) -> int:
     return int(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-def project_env(tmp_path, redis_url):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
-    env.update(
-        DJANGO_SETTINGS_MODULE="project.settings",
-        REDIS_URL=redis_url,
-        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        PYTHONPATH=str(ROOT),
-    )
-    return env
-
-
 def test_two_processes_share_one_turn_count(tmp_path, redis_url):
-    env = project_env(tmp_path, redis_url[0])
+    env = project_env(tmp_path / "db.sqlite3", REDIS_URL=redis_url[0])
+    migrate(env)
     # The project's rate is 30 a minute: the second process gets what the first left.
     assert ask(20, env) == 20
     assert ask(20, env) == 10
 
 
-def test_a_stalled_redis_makes_the_throttle_answer_503_not_hang(tmp_path, redis_url):
-    """SIGSTOP: connections are accepted, nothing answers; the cache's socket timeout ends it."""
+def test_a_stalled_redis_does_not_reach_the_throttle(tmp_path, redis_url):
+    """SIGSTOP: Redis accepts connections and answers nothing; the throttle never asks it."""
     url, process = redis_url
-    env = project_env(tmp_path, url)
+    env = project_env(tmp_path / "db.sqlite3", REDIS_URL=url)
+    migrate(env)
     process.send_signal(signal.SIGSTOP)
-    # The 503 of RateLimiterUnavailable, not a 500; a hang fails ask()'s 60 s subprocess timeout
-    # (the project's cache gives up after its 2 s socket timeout).
-    assert ask(1, env) == 503
+    started = time.monotonic()
+    assert ask(1, env) == 1
+    assert time.monotonic() - started < 30  # no socket timeout waited for
+
+
+def test_s24_sixty_messages_at_once_from_one_user_let_at_most_the_rate_through(tmp_path, redis_url):
+    """Six processes of the project, ten requests each on ten threads, released at once: of
+    the 60 new turns one user asks for, 30 (the rate: 30/min) pass, however they interleave."""
+    env = project_env(tmp_path / "db.sqlite3", REDIS_URL=redis_url[0])
+    migrate(env)
+    go = tmp_path / "go"
+    processes = []
+    for number in range(6):
+        ready = tmp_path / f"ready-{number}"
+        processes.append(
+            (
+                ready,
+                subprocess.Popen(
+                    [sys.executable, "-c", ASK_AT_ONCE, "10", str(ready), str(go)],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                ),
+            )
+        )
+    deadline = time.monotonic() + 120
+    while not all(ready.exists() for ready, _ in processes):
+        assert time.monotonic() < deadline, "the processes did not start"
+        time.sleep(0.05)
+    go.touch()
+    allowed = unavailable = 0
+    for _, process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        passed, failed = json.loads(out.strip().splitlines()[-1])
+        allowed += passed
+        unavailable += failed
+    assert (allowed, unavailable) == (30, 0)

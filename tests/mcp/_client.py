@@ -1,4 +1,9 @@
-"""The official MCP client against a streamable-HTTP endpoint, for the tests of our servers."""
+"""The official MCP client against a streamable-HTTP endpoint, for the tests of our servers.
+
+:func:`session` opens a session with the initialize handshake (protocol 2025-11-25, the older
+revision); :func:`client` uses the SDK's ``Client`` as users' code does, at its default
+(``mode="auto"``): the sessionless 2026-07-28 revision, where every request stands alone.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx2
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 T = TypeVar("T")
@@ -40,6 +45,20 @@ async def session(
     if isinstance(outcome[0], Exception):
         raise outcome[0]
     return outcome[0]  # type: ignore[no-any-return]
+
+
+async def client(
+    url: str,
+    token: str | None,
+    use: Callable[[Client], Awaitable[T]],
+    *,
+    timeout: float = 20,
+) -> T:
+    """Run ``use`` on the SDK's ``Client`` at its default revision, with ``token``."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as opened:
+            return await use(opened)
 
 
 def tool_names(url: str, token: str) -> list[str]:

@@ -8,24 +8,31 @@ and call is the admin's governance; every call is a ``ToolExecution`` row.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.test import override_settings
-from mcp import ClientSession
+from django.utils import timezone
+from mcp import Client, ClientSession
 from mcp.shared.exceptions import MCPError
 from rest_framework.authtoken.models import Token
 
-from tests.django._tools import registered, tool_calling_settings
+from tests.django._tools import every_log_record_at_debug, registered, tool_calling_settings
 from tool_calling import ToolContext, models, tool
 from tool_calling.asgi import get_asgi_application, with_mcp
 from tool_calling.exceptions import ToolFailure
-from tool_calling.mcp.serving import approval_text
+from tool_calling.mcp.serving import (
+    SESSIONLESS_WINDOW_SECONDS,
+    McpPrincipal,
+    _call_tool,
+    approval_text,
+)
 
-from ._client import run, session, tool_names
+from ._client import client, run, session, tool_names
 from ._servers import UvicornThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -140,6 +147,18 @@ def test_s17_a_low_privilege_principals_tools_list_excludes_admin_tools(
     assert "add" not in tool_names(site, people["alice"])
 
 
+def test_s22_tools_list_leaves_out_a_tool_whose_permission_the_principal_lacks(
+    site: str, people: dict[str, str]
+) -> None:
+    """An operator's permission on a tool: only principals who hold it are shown the tool."""
+    models.Tool.objects.filter(name="add").update(permission="auth.view_user")
+    User.objects.get(username="alice").user_permissions.add(
+        Permission.objects.get(content_type__app_label="auth", codename="view_user")
+    )
+    assert "add" in tool_names(site, people["alice"])
+    assert "add" not in tool_names(site, people["bob"])
+
+
 def test_a_call_runs_governed_and_is_audited_with_the_user_and_the_mcp_session(
     site: str, people: dict[str, str]
 ) -> None:
@@ -186,6 +205,50 @@ def test_an_approval_gated_tool_answers_with_a_clear_error_and_never_runs(
     assert DROPPED == []
     row = models.ToolExecution.objects.get()
     assert (row.tool_name, row.status, row.user.username) == ("wire_money", S.REFUSED, "alice")
+
+
+def test_s22_the_codes_approval_flag_is_a_floor_when_the_rows_is_off(
+    site: str, people: dict[str, str]
+) -> None:
+    """The example project's refund_order requires approval in its code; its row says False
+    (a deploy that added the flag, before the next sync; or a row edited in the shell)."""
+    models.Tool.objects.filter(name="refund_order").update(requires_approval=False)
+    [result] = calls(site, people["bob"], ("refund_order", {"order_id": "X", "amount": 500}))
+    assert text_of(result) == (approval_text("refund_order"), True)
+    row = models.ToolExecution.objects.get()
+    assert (row.tool_name, row.status, row.result) == (
+        "refund_order",
+        S.REFUSED,
+        approval_text("refund_order"),
+    )
+
+
+def test_failures_over_mcp_log_no_argument_values_or_key_names(
+    site: str, people: dict[str, str]
+) -> None:
+    """The client reads what was wrong; the log says which tool failed and how, nothing more."""
+    with every_log_record_at_debug() as logs:
+        rejected, refused = calls(
+            site,
+            people["alice"],
+            ("add", {"a": 1, "b": 2, "zz_key_name": "vv_value_one"}),
+            ("cancel_order", {"order_id": "vv_value_two"}),
+        )
+    assert text_of(rejected) == (
+        "Invalid arguments for tool 'add':\n- zz_key_name: Unknown parameter; remove it",
+        True,
+    )
+    assert text_of(refused) == (
+        "Order 'vv_value_two' is already shipped; it cannot be cancelled.",
+        True,
+    )
+    # This project's log records (at DEBUG, the MCP SDK's and the HTTP libraries' aside).
+    logged = "\n".join(
+        line for line in logs.getvalue().splitlines() if line.startswith("tool_calling")
+    )
+    assert "MCP call of 'add' answered with an error (ToolFailure)" in logged
+    assert "MCP call of 'cancel_order' answered with an error (ToolFailure)" in logged
+    assert "zz_key_name" not in logged and "vv_value" not in logged
 
 
 def test_s17_no_token_gets_401(site: str, people: dict[str, str]) -> None:
@@ -258,6 +321,71 @@ def test_limits_count_per_mcp_session(site: str, people: dict[str, str], behavio
         assert [text_of(r) for r in calls(site, people["bob"], ("add", one))] == [("2", False)]
     refused = models.ToolExecution.objects.filter(status=S.REFUSED)
     assert list(refused.values_list("tool_name", flat=True)) == ["add", "add"]
+
+
+def client_calls(url: str, token: str, *requests: tuple[str, dict[str, Any]]) -> list[Any]:
+    """Make ``requests`` with the SDK's ``Client`` at its default (sessionless) revision."""
+
+    async def make(opened: Client) -> list[Any]:
+        assert opened.protocol_version == "2026-07-28"
+        return [await opened.call_tool(name, arguments) for name, arguments in requests]
+
+    return run(client(url, token, make))
+
+
+@pytest.mark.parametrize("revision", ["2025-11-25", "2026-07-28"])
+def test_r14_every_revision_meets_the_same_limits_and_distinct_audit_ids(
+    site: str, people: dict[str, str], revision: str
+) -> None:
+    """A client of the sessionless revision is one client for LIMITS, as a session is."""
+    limits = {"MAX_CALLS_PER_TOOL": {"add": 2}, "ON_LIMIT_EXCEEDED": "RETURN_ERROR_RESPONSE"}
+    breach = (
+        "Tool call limit (2) exceeded for tool 'add'. No further calls to this tool are allowed "
+        "in this turn."
+    )
+    make = calls if revision == "2025-11-25" else client_calls
+    with override_settings(TOOL_CALLING=tool_calling_settings(LIMITS=limits)):
+        results = make(site, people["bob"], *[("add", {"a": 1, "b": 1})] * 4)
+    assert [text_of(r) for r in results] == [
+        ("2", False),
+        ("2", False),
+        (breach, True),
+        (breach, True),
+    ]
+    rows = list(models.ToolExecution.objects.order_by("pk"))
+    assert [row.status for row in rows] == [S.SUCCEEDED, S.SUCCEEDED, S.REFUSED, S.REFUSED]
+    ids = [row.tool_call_id for row in rows]
+    assert len(set(ids)) == 4, ids
+    # One client (the session, or the principal's sessionless calls) prefixes every id.
+    assert len({call_id.rsplit(":", 1)[0] for call_id in ids}) == 1, ids
+
+
+def test_r14_a_sessionless_clients_calls_count_for_the_window_then_start_afresh(
+    people: dict[str, str],
+) -> None:
+    """Its calls are read from the audit: another process serving /mcp/ counts the same ones."""
+    bob = User.objects.get(username="bob")
+    limits = {"MAX_CALLS_PER_TOOL": {"add": 1}, "ON_LIMIT_EXCEEDED": "RETURN_ERROR_RESPONSE"}
+
+    def call() -> str:
+        # A principal as each request builds it (no session; the credential's digest).
+        principal = McpPrincipal(bob, "", "client-0123456789abcdef")
+        try:
+            return _call_tool(principal, "add", {"a": 1, "b": 1}, {})
+        except ToolFailure as refused:
+            return str(refused)
+
+    with override_settings(TOOL_CALLING=tool_calling_settings(LIMITS=limits)):
+        assert call() == "2"
+        assert call().startswith("Tool call limit (1) exceeded for tool 'add'.")
+        models.ToolExecution.objects.update(
+            created_at=timezone.now() - datetime.timedelta(seconds=SESSIONLESS_WINDOW_SECONDS + 1)
+        )
+        assert call() == "2"
+    assert all(
+        row.startswith("mcp:client-0123456789abcdef:")
+        for row in models.ToolExecution.objects.values_list("tool_call_id", flat=True)
+    )
 
 
 def test_other_paths_are_served_by_django(site: str, people: dict[str, str]) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth import get_permission_codename
@@ -15,7 +16,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, URLPattern, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -38,6 +40,53 @@ from tool_calling.admin.messages import (
 )
 from tool_calling.admin.metrics import RECENT_WINDOW, with_recent_usage
 from tool_calling.admin.scale import FastActionCheckboxMixin
+from tool_calling.conf import settings as app_settings
+
+
+class QueueInput(forms.TextInput):
+    """The queue of a tool: free text, offering the two queues the default configuration runs."""
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        """The input's context, with the list of offered queues."""
+        context = super().get_context(name, value, attrs)
+        context["widget"]["attrs"]["list"] = f"{context['widget']['attrs']['id']}_queues"
+        return context
+
+    def render(
+        self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None
+    ) -> SafeString:
+        """The input, then a ``<datalist>`` of the known queues with what runs them."""
+        html = super().render(name, value, attrs, renderer)
+        list_id = f"{(attrs or {}).get('id', 'id_' + name)}_queues"
+        options = format_html_join("", '<option value="{}" label="{}"></option>', known_queues())
+        return mark_safe(f'{html}<datalist id="{list_id}">{options}</datalist>')
+
+
+def known_queues() -> list[tuple[str, str]]:
+    """The queues of ``EXECUTION``, each with the kind of worker the default setup runs it on."""
+    execution = app_settings.EXECUTION
+    return [
+        (str(execution["QUEUE"]), str(_("threads: tools that wait on the network (default)"))),
+        (str(execution["PROCESS_QUEUE"]), str(_("processes: CPU-heavy or untrusted tools"))),
+    ]
+
+
+def queue_help_text() -> str:
+    """The queue field's help: the default queue, the process queue, and other names."""
+    (default, _threads), (processes, _processes) = known_queues()
+    # The admin shows help texts unescaped: the queue names (settings) are escaped here.
+    return format_html(
+        str(
+            _(
+                "Celery queue for this tool's calls. Blank: {default}, where the calls wait on "
+                "the network in a worker's threads. {processes}: a process of its own per call, "
+                "for CPU-heavy or untrusted code (its hard time limit kills the process). Any "
+                "other name needs a worker that consumes it."
+            )
+        ),
+        default=default,
+        processes=processes,
+    )
 
 
 class ToolLimitOverrideInline(admin.StackedInline):
@@ -188,6 +237,15 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         ),
         (_("History"), {"fields": ("created_at", "updated_at", "synced_at")}),
     )
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        """The queue field offers the configured queues and says what runs each."""
+        if db_field.name == "queue":
+            kwargs["widget"] = QueueInput
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "queue" and field is not None:
+            field.help_text = queue_help_text()
+        return field
 
     # -- the dashboards ---------------------------------------------------------------------------
 

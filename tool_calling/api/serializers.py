@@ -6,7 +6,6 @@ summary (tool, status, duration), never arguments, results or error details (CHE
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.db import models as db_models
@@ -16,6 +15,7 @@ from rest_framework import serializers
 from rest_framework.reverse import reverse
 
 from tool_calling import models
+from tool_calling.api._digits import whole_number
 from tool_calling.api.errors import json_type
 from tool_calling.conf import settings as app_settings
 from tool_calling.search import discovered_tools
@@ -64,8 +64,8 @@ class _SecondsField(serializers.IntegerField):
     }
 
     def to_internal_value(self, data: Any) -> int:
-        """The number; anything but 1 to 9 ASCII digits fails validation."""
-        if not (isinstance(data, str) and re.fullmatch(r"[0-9]{1,9}", data)):
+        """The number; anything but ASCII digits (``whole_number``) fails validation."""
+        if whole_number(data) is None:
             self.fail("not_digits", value=data)
         return int(super().to_internal_value(data))
 

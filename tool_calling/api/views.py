@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -31,21 +30,21 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
-from rest_framework.throttling import ScopedRateThrottle
 
 from tool_calling import models, runs
 from tool_calling.api import serializers
+from tool_calling.api._digits import MAX_WHOLE_NUMBER, whole_number
 from tool_calling.api.errors import exception_handler
 from tool_calling.api.parsers import PARSERS
 from tool_calling.api.permissions import (
-    IsOwnerOrStaff,
+    IsOwnerOrPermitted,
     configured_permissions,
     visible_conversations,
     visible_executions,
     visible_runs,
 )
 from tool_calling.api.schema import errors
+from tool_calling.api.throttling import RateLimiterUnavailable, TurnRateThrottle
 from tool_calling.calls import approvals
 from tool_calling.conversations import ConversationBusyError
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
@@ -53,6 +52,7 @@ from tool_calling.resolvers import GovernedTools
 
 __all__ = [
     "BrokerUnavailable",
+    "CeleryUnavailable",
     "RateLimiterUnavailable",
     "ConversationBusy",
     "ConversationViewSet",
@@ -98,15 +98,21 @@ class BrokerUnavailable(APIException):
     default_code = "broker_unavailable"
 
 
-class RateLimiterUnavailable(APIException):
-    """503: the cache that counts turns (the throttle's) did not answer; nothing was saved."""
+class CeleryUnavailable(APIException):
+    """503: the server cannot send turns to Celery (not installed, no broker); nothing saved."""
 
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = (
-        "The turn was not started: the rate limiter's cache is unavailable. Nothing was saved; "
-        "send the message again later."
+    default_detail = "The turn was not started: the server cannot send turns to Celery workers."
+    default_code = "celery_unavailable"
+
+
+def _celery_unavailable(exc: runs.CeleryUnavailableError, what: str) -> CeleryUnavailable:
+    """The 503 naming the cause ``manage.py check`` reports, for ``what`` was not done."""
+    problem = exc.problem
+    return CeleryUnavailable(
+        f"{what}: turns run as Celery tasks, and {problem.text} (manage.py check reports it as "
+        f"{problem.check_id})."
     )
-    default_code = "rate_limiter_unavailable"
 
 
 # -- shared pieces ------------------------------------------------------------------------------
@@ -116,30 +122,6 @@ class Pagination(PageNumberPagination):
     """Pages of 20; ``?page=N``."""
 
     page_size = 20
-
-
-class TurnRateThrottle(ScopedRateThrottle):
-    """``ScopedRateThrottle`` that reads the rates when a request comes, not at import.
-
-    DRF's class binds ``DEFAULT_THROTTLE_RATES`` when it is imported, so a changed setting
-    (``override_settings`` in tests, a settings reload) would not reach it.
-    """
-
-    def get_rate(self) -> str | None:
-        """The scope's rate in the current ``REST_FRAMEWORK`` settings."""
-        self.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
-        rate: str | None = super().get_rate()
-        return rate
-
-    def allow_request(self, request: Any, view: Any) -> bool:
-        """DRF's answer; a cache that fails (Redis down or stalled) is a 503, not a 500."""
-        try:
-            return bool(super().allow_request(request, view))
-        except ImproperlyConfigured:
-            raise  # no rate for the scope: the project's configuration, not the cache
-        except Exception as exc:  # the cache backend's own errors: redis.ConnectionError, ...
-            logger.warning("The turn throttle's cache failed: %r", exc)
-            raise RateLimiterUnavailable() from exc
 
 
 class _ErrorShape:
@@ -153,7 +135,7 @@ class _ErrorShape:
 class _Governed:
     """Views that require ``API["PERMISSION_CLASSES"]`` on top of their own object rules."""
 
-    permission_classes: list[type[BasePermission]] = [IsOwnerOrStaff]
+    permission_classes: list[type[BasePermission]] = [IsOwnerOrPermitted]
 
     def get_permissions(self) -> list[BasePermission]:
         """The configured permissions, then the view's own (owners, approvers)."""
@@ -197,7 +179,8 @@ class ToolViewSet(_ErrorShape, _Governed, viewsets.ViewSet):
 
 @extend_schema_view(
     list=extend_schema(
-        description="The user's conversations (every one for staff), most recently updated "
+        description="The user's conversations (every one with the permission "
+        "`tool_calling.view_conversation`), most recently updated "
         "first, in pages of 20.",
         responses={200: serializers.ConversationSerializer, **errors(401, _INVALID_PAGE)},
     ),
@@ -212,14 +195,14 @@ class ToolViewSet(_ErrorShape, _Governed, viewsets.ViewSet):
         parameters=[
             OpenApiParameter(
                 "after",
-                {"type": "integer", "minimum": 0},
+                {"type": "integer", "minimum": 0, "maximum": MAX_WHOLE_NUMBER},
                 OpenApiParameter.QUERY,
                 description="Only the messages whose `sequence` is greater than this.",
             ),
         ],
         responses={
             200: serializers.ConversationDetailSerializer,
-            **errors((400, "`?after=` is not a message sequence (0 or more)."), 401, 404),
+            **errors((400, "`?after=` is not a message sequence (digits 0-9)."), 401, 404),
         },
     ),
     destroy=extend_schema(
@@ -253,7 +236,7 @@ class ConversationViewSet(
     """Set on the ``messages`` action only: ``tool_calling_turns``."""
 
     def get_queryset(self) -> QuerySet[models.Conversation]:
-        """The requesting user's conversations (all of them for staff), newest first."""
+        """The requesting user's conversations (all with ``view_conversation``), newest first."""
         conversations = visible_conversations(self.request.user)
         if self.action == "retrieve":
             messages = models.Message.objects.order_by("sequence")
@@ -335,8 +318,10 @@ class ConversationViewSet(
                 (
                     503,
                     "The turn could not be queued (the message broker is unavailable); the "
-                    "message and the run are saved, the run is failed and can be retried. Or the "
-                    "cache that counts turns for the rate limit did not answer: nothing is saved.",
+                    "message and the run are saved, the run is failed and can be retried. Or "
+                    "the database that counts turns for the rate limit did not answer, or the "
+                    "server cannot send turns to Celery (not installed, no broker): nothing is "
+                    "saved.",
                 ),
             ),
         },
@@ -369,6 +354,8 @@ class ConversationViewSet(
                 user=request.user,
                 tool_names=body.validated_data.get("tools"),
             )
+        except runs.CeleryUnavailableError as exc:
+            raise _celery_unavailable(exc, "The turn was not started, nothing was saved") from exc
         except ConversationBusyError as exc:
             raise ConversationBusy() from exc
         except runs.RunQueueError as exc:
@@ -393,17 +380,13 @@ class ConversationViewSet(
 
 
 def _message_sequence(raw: str) -> int:
-    """``?after=`` of a conversation: a message sequence, 0 or more (else a 400 naming it)."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
+    """``?after=`` of a conversation: a message sequence in ASCII digits (else a 400 naming it)."""
+    value = whole_number(raw)
+    if value is None:
         raise ValidationError(
-            {"after": [f"{raw!r} is not a message sequence; give a whole number, 0 or more."]}
+            {"after": [f"Expected a message sequence number (digits 0-9), got {raw!r}."]}
         )
-    # Beyond the largest sequence a message can have, nothing comes after; databases refuse
-    # integers wider than 64 bits.
+    # Beyond the largest sequence a message can have, nothing comes after.
     return min(value, _MAX_SEQUENCE)
 
 
@@ -428,7 +411,8 @@ def _wait_for(run: models.Run, seconds: int) -> models.Run:
 
 @extend_schema_view(
     list=extend_schema(
-        description="The runs of the user's conversations (every one for staff), newest "
+        description="The runs of the user's conversations (every one with the permission "
+        "`tool_calling.view_run`), newest "
         "first, in pages of 20.",
         parameters=[
             OpenApiParameter(
@@ -456,7 +440,7 @@ class RunViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet):
     pagination_class = Pagination
 
     def get_queryset(self) -> QuerySet[models.Run]:
-        """The runs of the user's conversations (all for staff); ``?status=`` filters lists."""
+        """The runs of the user's conversations (all with ``view_run``); ``?status=`` filters."""
         found = visible_runs(self.request.user).select_related("conversation")
         if self.action == "retrieve":
             found = found.prefetch_related(
@@ -507,7 +491,11 @@ class RunViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet):
                 403,
                 404,
                 (409, "The run did not fail, or another turn is running in its conversation."),
-                (503, "The run could not be queued: the message broker is unavailable."),
+                (
+                    503,
+                    "The run could not be queued: the message broker is unavailable, or the "
+                    "server cannot send turns to Celery (not installed, no broker).",
+                ),
             ),
         },
     )
@@ -523,6 +511,8 @@ class RunViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet):
             run = runs.retry_run(run)
         except ValueError as exc:
             raise RunNotRetryable(str(exc)) from exc
+        except runs.CeleryUnavailableError as exc:
+            raise _celery_unavailable(exc, f"Run {run.pk} was not queued again") from exc
         except ConversationBusyError as exc:
             raise ConversationBusy() from exc
         except runs.RunQueueError as exc:
@@ -561,7 +551,7 @@ class NotAwaitingApproval(APIException):
     default_code = "not_awaiting_approval"
 
 
-class CanDecide(IsOwnerOrStaff):
+class CanDecide(IsOwnerOrPermitted):
     """Reads for whoever sees the call; approve and deny for approvers only (403 otherwise)."""
 
     message = (

@@ -17,7 +17,7 @@ the run listens to. Every decision is a transition of ``calls.lifecycle`` (two a
 clicking at once: one wins, the other gets :class:`ApprovalStateError`) and is recorded on the
 row: who, when, why, and the model's original arguments when they were edited. Turns that
 cannot wait (``manage.py chat``, in-process clients) refuse such calls instead
-(``calls.running.approval_refusal_text``).
+(``calls.gate.approval_refusal_text``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from tool_calling.audit import audit_text
 from tool_calling.calls import lifecycle
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
 from tool_calling.conf import settings as app_settings
-from tool_calling.core.tools.callback import FunctionToolCallback
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 from tool_calling.resolvers import installed_callback
 from tool_calling.signals import send_on_commit
@@ -166,23 +165,8 @@ def validate_arguments(name: str, arguments: Any) -> str:
     callback = installed_callback(name)
     if callback is None:
         raise ToolCallingError(f"Tool {name!r} is not installed; its calls cannot be approved.")
-    if isinstance(callback, FunctionToolCallback):
-        callback.validate_arguments(text)
-        return text
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ToolArgumentsError(name, f"Arguments for tool {name!r} are not JSON: {exc}.") from exc
-    if not isinstance(value, dict):
-        raise ToolArgumentsError(name, f"Arguments for tool {name!r} must be a JSON object.")
-    schema = callback.definition.input_schema
-    missing = [key for key in schema.get("required", []) if key not in value]
-    unknown = sorted(set(value) - set(schema.get("properties", {})))
-    if missing or (unknown and schema.get("additionalProperties") is False):
-        problems = [f"missing {k!r}" for k in missing] + [f"unknown {k!r}" for k in unknown]
-        raise ToolArgumentsError(
-            name, f"Invalid arguments for tool {name!r}: {', '.join(problems)}."
-        )
+    # The tool's own check, the one its call makes (an MCP tool's: its JSON Schema).
+    callback.validate_arguments(text)
     return text
 
 

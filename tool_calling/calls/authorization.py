@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.exceptions import ToolFailure
 
@@ -41,6 +42,7 @@ __all__ = [
     "ToolPermissionError",
     "authorize",
     "declared",
+    "missing_permission",
     "refusal",
 ]
 
@@ -112,17 +114,15 @@ def authorize(*, permission: str | Iterable[str] = (), check: Check | None = Non
     return mark
 
 
-def declared(callback: Any) -> Authorization | None:
-    """The :class:`Authorization` the code of a tool callback declares, if any."""
-    seen = 0
-    while callback is not None and seen < 5:  # operator and augmentation wrappers delegate
-        function = getattr(callback, "function", None)
-        found = getattr(getattr(function, "__func__", function), AUTHORIZATION_ATTRIBUTE, None)
-        if isinstance(found, Authorization):
-            return found
-        callback = getattr(callback, "delegate", None)
-        seen += 1
-    return None
+def declared(callback: ToolCallback | None) -> Authorization | None:
+    """The :class:`Authorization` the code of a tool callback declares, if any.
+
+    Read from the callback's function (a wrapper's is the wrapped tool's); a remote tool has
+    none.
+    """
+    function = callback.function if callback is not None else None
+    found = getattr(getattr(function, "__func__", function), AUTHORIZATION_ATTRIBUTE, None)
+    return found if isinstance(found, Authorization) else None
 
 
 def _arguments(text: str | None) -> Mapping[str, Any]:
@@ -131,6 +131,38 @@ def _arguments(text: str | None) -> Mapping[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def missing_permission(
+    name: str, user: Any, *, callback: ToolCallback | None, permission: str = ""
+) -> str | None:
+    """Why ``user`` may not call tool ``name`` at all; ``None`` when they hold what it needs.
+
+    What a tool requires of everyone who calls it: the permissions its code declares
+    (:func:`authorize`) and the one its operator set (``Tool.permission``), each checked with
+    ``user.has_perm``. Its per-call check is not part of it (it needs a call). The gate asks
+    this for every call; the tool lists (``resolvers.GovernedTools``: the API's, ``/mcp/``'s,
+    the model's) leave out a tool for which it says no.
+
+    Args:
+        name: The tool.
+        user: The user (``None`` or anonymous: every permission is missing then).
+        callback: The tool's callback (its code's declaration is read from it).
+        permission: The permission an operator requires on the tool.
+    """
+    declaration = declared(callback)
+    wanted = [
+        *(declaration.permissions if declaration else ()),
+        *([permission] if permission else []),
+    ]
+    holder = user if getattr(user, "is_authenticated", False) else None
+    for needed in wanted:
+        if holder is None or not holder.has_perm(needed):
+            return (
+                f"Tool {name!r} needs the permission {needed!r}, which the user of this "
+                "conversation does not have. The call was not made; do not try it again."
+            )
+    return None
 
 
 def refusal(
@@ -152,17 +184,13 @@ def refusal(
         arguments: The call's arguments as JSON text.
         context: The call's tool context.
     """
+    missing = missing_permission(name, user, callback=callback, permission=permission)
+    if missing is not None:
+        return missing
     declaration = declared(callback) or Authorization()
-    wanted = [*declaration.permissions, *([permission] if permission else [])]
-    holder = user if getattr(user, "is_authenticated", False) else None
-    for needed in wanted:
-        if holder is None or not holder.has_perm(needed):
-            return (
-                f"Tool {name!r} needs the permission {needed!r}, which the user of this "
-                "conversation does not have. The call was not made; do not try it again."
-            )
     if declaration.check is None:
         return None
+    holder = user if getattr(user, "is_authenticated", False) else None
     request = CallRequest(name, holder, _arguments(arguments), context or ToolContext())
     try:
         allowed = declaration.check(request)

@@ -23,13 +23,14 @@ import pydantic
 
 from tool_calling.core.errors import ToolArgumentsError, ToolDefinitionError
 from tool_calling.core.tools.callback import (
+    DelegatingToolCallback,
     ToolCallback,
     ToolCallbackProvider,
     ToolExecutionException,
     tool_callbacks,
 )
 from tool_calling.core.tools.context import ToolContext
-from tool_calling.core.tools.definition import JsonSchema, ToolDefinition, ToolMetadata
+from tool_calling.core.tools.definition import JsonSchema, ToolDefinition
 from tool_calling.core.tools.schema import (
     _STRICT_DECODER,
     _RejectedJson,
@@ -95,7 +96,7 @@ def _merge(definition: ToolDefinition, augment: JsonSchema) -> JsonSchema:
     return schema
 
 
-class AugmentedToolCallback(ToolCallback):
+class AugmentedToolCallback(DelegatingToolCallback):
     """Wraps one tool: its schema gains the augment fields, which go to ``consumer``.
 
     On each call the augmented fields are validated against ``augment_type`` and handed to
@@ -122,7 +123,7 @@ class AugmentedToolCallback(ToolCallback):
         consumer: Callable[[AugmentedArguments[Any]], object],
         remove_extra_arguments: bool = True,
     ) -> None:
-        self._delegate = delegate
+        super().__init__(delegate)
         self._adapter, augment = _augment_schema(augment_type)
         self.augment_type = augment_type
         """The type whose fields the model fills in."""
@@ -139,19 +140,19 @@ class AugmentedToolCallback(ToolCallback):
         self._removed = tuple(f for f in self._fields if f not in declared)
 
     @property
-    def delegate(self) -> ToolCallback:
-        """The wrapped tool."""
-        return self._delegate
-
-    @property
     def definition(self) -> ToolDefinition:
         """The wrapped tool's definition with the augment fields in its schema."""
         return self._definition
 
-    @property
-    def metadata(self) -> ToolMetadata:
-        """The wrapped tool's metadata (return-direct, approval, tags)."""
-        return self._delegate.metadata
+    def validate_arguments(self, tool_input: str | None) -> None:
+        """Check the augmented fields, then the wrapped tool's own arguments, as a call would.
+
+        Raises:
+            ToolArgumentsError: not a JSON object, the augmented fields fail ``augment_type``,
+                or the rest fails the wrapped tool's schema.
+        """
+        _, delegated = self.split(tool_input or "")
+        self._delegate.validate_arguments(delegated)
 
     def split(
         self, tool_input: str, tool_context: ToolContext | None = None
@@ -218,9 +219,6 @@ class AugmentedToolCallback(ToolCallback):
     async def acall(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
         """Async twin of :meth:`call` (the wrapped tool's ``acall`` runs the tool)."""
         return await self._delegate.acall(self._prepare(tool_input, tool_context), tool_context)
-
-    def __repr__(self) -> str:
-        return f"<AugmentedToolCallback {self._definition.name!r} of {self._delegate!r}>"
 
 
 class AugmentedToolCallbackProvider(ToolCallbackProvider):

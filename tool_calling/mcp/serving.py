@@ -15,10 +15,18 @@ answers with an error text and never runs: an MCP call cannot wait for a person.
 
 Calls over MCP are audited with ``tool_call_id = "mcp:<session>:<n>"``: the session is the MCP
 session id the SDK issued (``stdio-<id>`` over stdio), ``n`` counts the session's calls.
+
+Clients of the sessionless revision (2026-07-28: no ``initialize``, no ``Mcp-Session-Id``, every
+request stands alone; the SDK's ``Client`` and the agent frameworks on it default to it) get the
+same limits: their principal's calls of the last :data:`SESSIONLESS_WINDOW_SECONDS` are their
+session, read from the audit (so they hold however many processes serve ``/mcp/``), and each
+call is audited as ``mcp:<client>:<id>`` (``client``: a digest of the credential; ``id``: the
+call's own).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import threading
@@ -32,10 +40,12 @@ from typing import Any, TypeVar
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from tool_calling.calls import lifecycle
+from tool_calling import models
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import (
     AssistantMessage,
@@ -55,6 +65,7 @@ from tool_calling.governance import governed_turn
 from tool_calling.resolvers import GovernedTools
 
 __all__ = [
+    "SESSIONLESS_WINDOW_SECONDS",
     "McpPrincipal",
     "approval_text",
     "authenticate",
@@ -73,15 +84,22 @@ SESSION_CONTEXT_KEY = "mcp_session"
 _MAX_SESSIONS = 10_000  # sessions whose calls are counted; the least recently used go first
 _SESSION_IDLE_SECONDS = 3600.0  # the SDK closes a session idle for 30 minutes
 
+SESSIONLESS_WINDOW_SECONDS = 1800
+"""How far back a sessionless client's calls count as its session (the SDK closes a session
+idle this long)."""
+
 
 @dataclass(frozen=True)
 class McpPrincipal:
-    """Who an MCP request is from: the user, and the MCP session it belongs to."""
+    """Who an MCP request is from: the user, the MCP session it belongs to, the client."""
 
     user: Any
     """The authenticated user (the token's)."""
     session: str = ""
-    """The MCP session id (``stdio-<id>`` over stdio); blank before a session exists."""
+    """The MCP session id (``stdio-<id>`` over stdio); blank without one (the sessionless
+    revision, or before a session exists)."""
+    client: str = ""
+    """Who calls, across requests without a session: a digest of the credential."""
 
 
 def _principal_key(principal: McpPrincipal) -> str:
@@ -116,7 +134,8 @@ def authenticate(headers: Mapping[str, str]) -> McpPrincipal | None:
         user, _token = TokenAuthentication().authenticate_credentials(key)
     except AuthenticationFailed:
         return None
-    return McpPrincipal(user, headers.get("mcp-session-id", ""))
+    client = "client-" + salted_hmac("tool_calling.mcp.client", key).hexdigest()[:16]
+    return McpPrincipal(user, headers.get("mcp-session-id", ""), client)
 
 
 class _Sessions:
@@ -166,6 +185,24 @@ def approval_text(name: str) -> str:
     )
 
 
+def _client_history(user: Any, client: str) -> list[Message]:
+    """The calls a sessionless client made in the last :data:`SESSIONLESS_WINDOW_SECONDS`.
+
+    What the limits count for its next call, as a session's calls are for a session's.
+    """
+    since = timezone.now() - datetime.timedelta(seconds=SESSIONLESS_WINDOW_SECONDS)
+    prefix = f"mcp:{client}:"
+    names = models.ToolExecution.objects.filter(
+        # The audited call ids of this client (a range on the call ids' index).
+        tool_call_id__gte=prefix,
+        tool_call_id__lt=prefix[:-1] + ";",
+        user=user if getattr(user, "is_authenticated", False) else None,
+        created_at__gte=since,
+    ).values_list("tool_call_id", "tool_name")
+    responses = [ToolResponse(call_id, name, "") for call_id, name in names]
+    return [ToolResponseMessage(responses)] if responses else []
+
+
 def _list_tools(principal: McpPrincipal) -> list[ToolDefinition]:
     return [callback.definition for callback in GovernedTools(principal.user).callbacks()]
 
@@ -175,16 +212,20 @@ def _call_tool(
 ) -> str:
     # ``meta`` is client-controlled: it never decides anything here, and tools do not get it.
     user = principal.user
-    key = principal.session or f"single-{uuid.uuid4().hex}"
-    number, history = _sessions.begin(key)
-    call = ToolCall(f"mcp:{principal.session or '-'}:{number}", name, json.dumps(arguments))
-    turn = governed_turn(user=user)
-    row = turn.manager.governed.rows.get(name)
-    if row is not None and row.requires_approval:
-        text = approval_text(name)
-        lifecycle.record_refused(call, text, tool=row, user=user)
-        raise ToolFailure(text)
-    context = {**turn.tool_context, SESSION_CONTEXT_KEY: principal.session}
+    session = principal.session
+    if session:
+        number, history = _sessions.begin(session)
+        call_id = f"mcp:{session}:{number}"
+    else:
+        # The sessionless revision: the client's recent calls, as audited, are its session.
+        session = principal.client or f"single-{uuid.uuid4().hex}"
+        history = _client_history(user, session)
+        call_id = f"mcp:{session}:{uuid.uuid4().hex[:12]}"
+    call = ToolCall(call_id, name, json.dumps(arguments))
+    # Every rule of the gate applies, through the governed manager; a call that needs a
+    # person's approval (the code's flag or the row's) is refused in this path's own words.
+    turn = governed_turn(user=user, approval_text=approval_text)
+    context = {**turn.tool_context, SESSION_CONTEXT_KEY: session}
     prompt = Prompt(
         history, ToolCallingChatOptions(tool_callbacks=turn.callbacks, tool_context=context)
     )
@@ -203,7 +244,8 @@ def _call_tool(
     if not isinstance(answer, ToolResponseMessage) or not answer.responses:
         raise RuntimeError(f"The governed manager answered call {call.id!r} with no response.")
     reply = answer.responses[-1]
-    _sessions.add(key, reply)
+    if principal.session:
+        _sessions.add(principal.session, reply)
     if reply.is_error:
         raise ToolFailure(reply.response_data)
     return reply.response_data

@@ -361,7 +361,15 @@ class DefaultToolCallingManager(ToolCallingManager):
         for index, call in enumerate(calls):
             exceeded = breaches[index] if breaches is not None else None
             if exceeded is not None:
-                self.on_limit_exceeded(call, breach_text(*exceeded))
+                found = callbacks.get(call.name)
+                refused = self.refuse_over_limit(
+                    call, found, _context(options), breach_text(*exceeded)
+                )
+                if refused is not None:  # a rule before the limits answers it
+                    responses[index] = self._error_response(
+                        call, found, refused, strict, self._max_chars(settings)
+                    )
+                    continue
                 if limits.on_limit_exceeded is ToolCallLimitBehavior.THROW:
                     breach = (index, *exceeded)
                     break
@@ -508,6 +516,29 @@ class DefaultToolCallingManager(ToolCallingManager):
         Called before the call is answered (``RETURN_ERROR_RESPONSE``) or the turn ends
         (``THROW``).
         """
+
+    def refuse_over_limit(
+        self,
+        tool_call: ToolCall,
+        callback: ToolCallback | None,
+        tool_context: ToolContext,
+        response_text: str,
+    ) -> ToolOutcome | None:
+        """Decide a call over a limit: ``None`` lets the limit refuse it (the default).
+
+        A subclass whose own rules come before the limits returns the outcome of the first of
+        them that refuses the call: the call is answered with it as with a failed call (strict
+        tool calls raise bad arguments), and the limit does not end the turn for it. The
+        default calls :meth:`on_limit_exceeded` and returns ``None``.
+
+        Args:
+            tool_call: The call over the limit.
+            callback: Its tool among the request's, or ``None`` when the request has none.
+            tool_context: The request's tool context.
+            response_text: The breach text.
+        """
+        self.on_limit_exceeded(tool_call, response_text)
+        return None
 
     def _invoke(self, callback: ToolCallback, tool_call: ToolCall, context: ToolContext) -> _Result:
         try:

@@ -1,4 +1,9 @@
-"""ToolCallback: what the framework calls; FunctionToolCallback wraps any Python callable."""
+"""ToolCallback: what the framework calls; FunctionToolCallback wraps any Python callable.
+
+``DelegatingToolCallback`` is the base of every wrapper (argument augmentation, an operator's
+settings, an MCP server's approved tool): it forwards all a tool does to the wrapped one, and a
+wrapper overrides only what it changes.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,11 @@ from tool_calling.core.errors import ToolArgumentsError, ToolCallingError, ToolD
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.decorator import ResultConverter, build_spec, get_spec
 from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
+from tool_calling.core.tools.schema import parse_arguments_object
 
 __all__ = [
     "ToolExecutionException",
+    "DelegatingToolCallback",
     "FunctionToolCallback",
     "ToolCallback",
     "ToolCallbackProvider",
@@ -65,6 +72,38 @@ class ToolCallback(ABC):
         """Async twin of :meth:`call`; the default runs ``call`` in a worker thread."""
         return await asyncio.to_thread(self.call, tool_input, tool_context)
 
+    def validate_arguments(self, tool_input: str | None) -> None:
+        """Check ``tool_input`` as a call would, without running the tool.
+
+        This default parses the arguments as one JSON object and checks the top level of the
+        input schema: every required key present, no unknown key where
+        ``additionalProperties`` is false. Tools that check more when they run override it
+        (a function tool its parameters' types, an MCP tool its JSON Schema), so that a check
+        made before a call (an approver's edited arguments) is the call's own.
+
+        Raises:
+            ToolArgumentsError: not a JSON object, or it fails the schema.
+        """
+        name = self.definition.name
+        arguments = parse_arguments_object(name, tool_input)
+        schema = self.definition.input_schema
+        required = schema.get("required") or ()
+        problems = [f"- {key}: Field required" for key in required if key not in arguments]
+        if schema.get("additionalProperties") is False:
+            known = schema.get("properties") or {}
+            problems += [
+                f"- {key}: Unknown parameter; remove it" for key in arguments if key not in known
+            ]
+        if problems:
+            raise ToolArgumentsError(
+                name, f"Invalid arguments for tool '{name}':\n" + "\n".join(problems)
+            )
+
+    @property
+    def function(self) -> Callable[..., Any] | None:
+        """The Python callable that runs the tool, if one does (``None`` for a remote tool)."""
+        return None
+
     @property
     def name(self) -> str:
         """Shortcut for ``definition.name``."""
@@ -72,6 +111,55 @@ class ToolCallback(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.definition.name!r}>"
+
+
+class DelegatingToolCallback(ToolCallback):
+    """A tool wrapping another: everything it does not override is the wrapped tool's.
+
+    The definition, metadata, validation, the function and the calls are forwarded; a wrapper
+    overrides only what it changes (its schema, its metadata, what reaches the tool).
+
+    Args:
+        delegate: The wrapped tool.
+    """
+
+    def __init__(self, delegate: ToolCallback) -> None:
+        self._delegate = delegate
+
+    @property
+    def delegate(self) -> ToolCallback:
+        """The wrapped tool."""
+        return self._delegate
+
+    @property
+    def definition(self) -> ToolDefinition:
+        """The wrapped tool's definition."""
+        return self._delegate.definition
+
+    @property
+    def metadata(self) -> ToolMetadata:
+        """The wrapped tool's metadata."""
+        return self._delegate.metadata
+
+    @property
+    def function(self) -> Callable[..., Any] | None:
+        """The wrapped tool's function."""
+        return self._delegate.function
+
+    def validate_arguments(self, tool_input: str | None) -> None:
+        """Check ``tool_input`` as the wrapped tool would."""
+        self._delegate.validate_arguments(tool_input)
+
+    def call(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
+        """Run the wrapped tool."""
+        return self._delegate.call(tool_input, tool_context)
+
+    async def acall(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
+        """Run the wrapped tool (async)."""
+        return await self._delegate.acall(tool_input, tool_context)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.definition.name!r} of {self._delegate!r}>"
 
 
 class ToolCallbackProvider(ABC):

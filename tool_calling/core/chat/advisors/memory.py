@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from tool_calling.core.chat._stream import FINAL_RESPONSE, aggregate
 from tool_calling.core.chat.advisors.base import (
@@ -13,19 +14,51 @@ from tool_calling.core.chat.advisors.base import (
     ChatClientResponse,
 )
 from tool_calling.core.chat.memory import ChatMemory, drop_unanswered_tool_calls
-from tool_calling.core.chat.messages import Message, SystemMessage
+from tool_calling.core.chat.messages import AssistantMessage, Message, SystemMessage
 from tool_calling.core.chat.prompt import Prompt
 from tool_calling.core.chat.response import ChatResponse
 
 __all__ = ["MessageChatMemoryAdvisor"]
 
 
+def _without_usage(message: Message) -> Message:
+    """``message`` less the token usage memory adds to a stored answer (see ``_with_usage``)."""
+    if isinstance(message, AssistantMessage) and "usage" in message.metadata:
+        metadata = {k: v for k, v in message.metadata.items() if k != "usage"}
+        return AssistantMessage(message.text, message.tool_calls, metadata)
+    return message
+
+
 def _overlap(memory: Sequence[Message], messages: Sequence[Message]) -> int:
-    """Return the length of the longest suffix of ``memory`` that starts ``messages``."""
-    for size in range(min(len(memory), len(messages)), 0, -1):
-        if list(memory[-size:]) == list(messages[:size]):
+    """Return the length of the longest suffix of ``memory`` that starts ``messages``.
+
+    A stored answer carries its token usage and the caller's copy may not: usage is not
+    compared.
+    """
+    largest = min(len(memory), len(messages))
+    remembered = [_without_usage(m) for m in memory[len(memory) - largest :]]
+    given = [_without_usage(m) for m in messages[:largest]]
+    for size in range(largest, 0, -1):
+        if remembered[-size:] == given[:size]:
             return size
     return 0
+
+
+def _with_usage(answers: list[Message], usage: Any) -> list[Message]:
+    """``answers`` with the response's token usage on the first (once per model response).
+
+    The model reports usage per response (``ChatResponse.metadata["usage"]``); a stored answer
+    keeps it in its metadata, where ``ChatMemoryRepository`` implementations find it. Outside
+    the tool loop the response's usage is the sum over the turn's model calls, whose tool-call
+    messages are not stored, so the stored messages always add up to what the turn spent.
+    """
+    first = answers[0]
+    if not isinstance(usage, Mapping) or not usage or not isinstance(first, AssistantMessage):
+        return answers
+    if first.metadata.get("usage") == usage:
+        return answers
+    metadata = {**first.metadata, "usage": dict(usage)}
+    return [AssistantMessage(first.text, first.tool_calls, metadata), *answers[1:]]
 
 
 class MessageChatMemoryAdvisor(Advisor):
@@ -35,6 +68,9 @@ class MessageChatMemoryAdvisor(Advisor):
     message and the final answer. With an order after the ``ToolCallingAdvisor`` it sits inside
     the loop and stores every tool call and tool response too. Messages already in memory (a
     caller resending history) are neither added to the prompt twice nor stored twice.
+
+    A stored answer carries the token usage of the response it came from in its metadata
+    (``"usage"``): its own model call's inside the loop, the whole turn's outside it.
 
     The conversation id comes from the request context (``ChatMemory.CONVERSATION_ID``, set by
     ``.conversation_id(...)``), else ``conversation_id`` given here, else ``"default"``.
@@ -78,7 +114,9 @@ class MessageChatMemoryAdvisor(Advisor):
             g.output for g in response.generations if g.output.text or g.output.tool_calls
         ]
         if answers:
-            self.chat_memory.add(conversation_id, answers)
+            self.chat_memory.add(
+                conversation_id, _with_usage(answers, response.metadata.get("usage"))
+            )
 
     def loop_ended(self, request: ChatClientRequest, messages: Sequence[Message]) -> None:
         """Store how a turn the tool loop ended itself finished (responses and answer)."""

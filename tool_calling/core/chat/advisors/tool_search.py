@@ -278,6 +278,16 @@ class _SearchTurn:
         return unique[:max_results]
 
 
+def _search_arguments(tool_input: str | None) -> _SearchArguments:
+    text = tool_input if tool_input and tool_input.strip() else "{}"
+    try:
+        return _SearchArguments.model_validate_json(text)
+    except pydantic.ValidationError as exc:
+        raise ToolArgumentsError(
+            SEARCH_TOOL_NAME, describe_validation_error(SEARCH_TOOL_NAME, exc)
+        ) from exc
+
+
 class _SearchToolCallback(ToolCallback):
     """The ``tool_search`` tool of one turn."""
 
@@ -289,6 +299,14 @@ class _SearchToolCallback(ToolCallback):
         """The search tool's definition (``SEARCH_TOOL``)."""
         return SEARCH_TOOL
 
+    def validate_arguments(self, tool_input: str | None) -> None:
+        """Check ``tool_input`` against the search tool's schema, without searching.
+
+        Raises:
+            ToolArgumentsError: the arguments do not fit the search tool's schema.
+        """
+        _search_arguments(tool_input)
+
     def call(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
         """Search the turn's tools and make what was found callable from the next model call.
 
@@ -296,13 +314,7 @@ class _SearchToolCallback(ToolCallback):
             ToolArgumentsError: the arguments do not fit the search tool's schema.
             ToolFailure: the query is empty, too long, has no words or is an invalid pattern.
         """
-        text = tool_input if tool_input and tool_input.strip() else "{}"
-        try:
-            arguments = _SearchArguments.model_validate_json(text)
-        except pydantic.ValidationError as exc:
-            raise ToolArgumentsError(
-                SEARCH_TOOL_NAME, describe_validation_error(SEARCH_TOOL_NAME, exc)
-            ) from exc
+        arguments = _search_arguments(tool_input)
         query = arguments.query.strip()
         requested = arguments.max_results
         max_results = requested if requested is not None else self._turn.max_results
