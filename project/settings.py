@@ -8,11 +8,36 @@ the same variables for its web and worker services:
     DJANGO_DEBUG          "true"/"false" (default "true": this is an example project)
     DJANGO_ALLOWED_HOSTS  comma-separated host names (default "localhost,127.0.0.1,[::1]")
     DATABASE_URL          e.g. postgres://user:pass@host:5432/db (default: SQLite at var/db.sqlite3)
-    REDIS_URL             Celery broker, result backend and cache (default redis://127.0.0.1:6379/0)
+    DATABASE_POOL_SIZE    PostgreSQL connections per process, at most (default 20)
+    REDIS_URL             Celery broker and the cache (default redis://127.0.0.1:6379/0)
     OPENAI_API_KEY        API key of the OpenAI-compatible server
     OPENAI_BASE_URL       base URL of an OpenAI-compatible server (vLLM, Ollama); empty = OpenAI
     OPENAI_MODEL          chat model name (default "gpt-4o-mini")
     TOOL_CALLING_EXECUTION_MODE  "inline" (default) or "celery": where tool calls run
+    OTEL_EXPORTER_OTLP_ENDPOINT  base URL of an OTLP/HTTP receiver (collector, Jaeger, Tempo,
+                          Phoenix): every process exports its spans there (project/telemetry.py;
+                          OTEL_METRICS_EXPORTER=otlp adds metrics, OTEL_SERVICE_NAME names it)
+
+Production behind a TLS reverse proxy. The first six are off by default, for development over
+plain HTTP; docker/compose.yml turns them on:
+
+    DJANGO_SECURE_PROXY_SSL_HEADER  "true": trust the proxy's X-Forwarded-Proto: https
+                          (SECURE_PROXY_SSL_HEADER); only when a proxy sets it on every request
+    DJANGO_SECURE_SSL_REDIRECT  "true": redirect plain HTTP to HTTPS (SECURE_SSL_REDIRECT)
+    DJANGO_SECURE_COOKIES "true": session and CSRF cookies are sent over HTTPS only
+                          (SESSION_COOKIE_SECURE, CSRF_COOKIE_SECURE)
+    DJANGO_SECURE_HSTS_SECONDS  Strict-Transport-Security max-age (SECURE_HSTS_SECONDS; 0 = no
+                          header); start small, raise it to 31536000 once HTTPS works everywhere
+    DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS  "true": HSTS covers subdomains too
+    DJANGO_SECURE_HSTS_PRELOAD  "true": HSTS says "preload" (browsers' preload lists)
+    DJANGO_CSRF_TRUSTED_ORIGINS  comma-separated origins, e.g. "https://portal.example.com", that
+                          may send unsafe requests besides the site's own (CSRF_TRUSTED_ORIGINS)
+    DJANGO_STATIC_ROOT    where collectstatic puts the static files that WhiteNoise serves
+                          (default var/static)
+    TOOL_CALLING_MCP_ALLOWED_HOSTS  comma-separated Host values /mcp/ accepts
+                          (TOOL_CALLING["MCP"]["ALLOWED_HOSTS"]; unset: loopback only)
+    TOOL_CALLING_MCP_ALLOWED_ORIGINS  comma-separated Origin values /mcp/ accepts
+                          (TOOL_CALLING["MCP"]["ALLOWED_ORIGINS"]; unset: those of its hosts)
 """
 
 import os
@@ -22,6 +47,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 import tool_calling
+from project import telemetry
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -36,6 +62,18 @@ def _as_bool(name: str, value: str) -> bool:
     if lowered in _FALSE:
         return False
     raise ImproperlyConfigured(f"The environment variable {name} must be true or false: {value!r}.")
+
+
+def _as_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _as_seconds(name: str, value: str) -> int:
+    if value.strip().isascii() and value.strip().isdigit():
+        return int(value)
+    raise ImproperlyConfigured(
+        f"The environment variable {name} must be a number of seconds (0 or more): {value!r}."
+    )
 
 
 # --- Core ----------------------------------------------------------------------------------
@@ -78,6 +116,9 @@ MIDDLEWARE = [
     # the ones Django answers before or instead of DRF included (404, 413, CSRF, 500).
     "tool_calling.api.middleware.JSONErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (STATIC_ROOT, filled by collectstatic) with DEBUG off too; the admin's and
+    # the chat page's. With DEBUG on it finds them in the apps, as runserver does.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -117,6 +158,10 @@ DATABASES = {
     "default": dj_database_url.parse(_DATABASE_URL, conn_max_age=600, conn_health_checks=True),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's SQLite backend plus a write gate per process: the hundreds of threads of a worker
+    # (and of the web server) queue for SQLite's one writer instead of polling for it and
+    # failing with "database is locked" (tool_calling/db/backends/sqlite3/base.py).
+    DATABASES["default"]["ENGINE"] = "tool_calling.db.backends.sqlite3"
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             # BEGIN IMMEDIATE takes the write lock up front, so two concurrent turns on one
@@ -126,8 +171,23 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             # application crashes but can lose the last commits on power loss; use
             # synchronous=FULL where that matters.
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "timeout": 30,
         }
     )
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A pool of connections per process (psycopg_pool), shared by its threads: the worker's
+    # hundreds of threads and the web server's request threads take a connection when they query
+    # and give it back when they wait on the network or end, so each process holds at most
+    # max_size connections of the server's max_connections (PostgreSQL's default is 100).
+    # Pooling needs CONN_MAX_AGE 0: a connection goes back to the pool, not away.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 2,
+        "max_size": int(os.environ.get("DATABASE_POOL_SIZE") or 20),
+        # Seconds a thread waits for a free connection before the query fails.
+        "timeout": 30,
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -146,10 +206,49 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
 
 # The chat page sends users who are not logged in to its login form (Django's LoginView).
 LOGIN_URL = "tool_calling_chat:login"
+
+# --- Security behind a TLS proxy, static files ---------------------------------------------
+# Every value comes from the environment (the module docstring); docker/compose.yml sets them for
+# a deployment behind a TLS reverse proxy, where `manage.py check --deploy` finds nothing.
+
+if _as_bool(
+    "DJANGO_SECURE_PROXY_SSL_HEADER", os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", "false")
+):
+    # The proxy says which scheme the client used: HTTPS requests are secure (request.is_secure:
+    # CSRF origin checks, the redirect below, absolute URLs). Only behind a proxy that sets it
+    # on every request: a client reaching Django directly could claim HTTPS.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = _as_bool(
+    "DJANGO_SECURE_SSL_REDIRECT", os.environ.get("DJANGO_SECURE_SSL_REDIRECT", "false")
+)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _as_bool(
+    "DJANGO_SECURE_COOKIES", os.environ.get("DJANGO_SECURE_COOKIES", "false")
+)
+SECURE_HSTS_SECONDS = _as_seconds(
+    "DJANGO_SECURE_HSTS_SECONDS", os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0")
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _as_bool(
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    os.environ.get("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", "false"),
+)
+SECURE_HSTS_PRELOAD = _as_bool(
+    "DJANGO_SECURE_HSTS_PRELOAD", os.environ.get("DJANGO_SECURE_HSTS_PRELOAD", "false")
+)
+CSRF_TRUSTED_ORIGINS = _as_list(os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", ""))
+
+# collectstatic copies every app's static files here; WhiteNoise (MIDDLEWARE) serves them.
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT") or BASE_DIR / "var" / "static")
+
+# /mcp/ (tool_calling.asgi.with_mcp): which Host and Origin headers it accepts. Unset, the app's
+# defaults: loopback hosts, and the origins of the accepted hosts.
+_MCP = {}
+if _mcp_hosts := _as_list(os.environ.get("TOOL_CALLING_MCP_ALLOWED_HOSTS", "")):
+    _MCP["ALLOWED_HOSTS"] = _mcp_hosts
+if _mcp_origins := _as_list(os.environ.get("TOOL_CALLING_MCP_ALLOWED_ORIGINS", "")):
+    _MCP["ALLOWED_ORIGINS"] = _mcp_origins
 
 # --- Django REST framework -----------------------------------------------------------------
 
@@ -205,28 +304,38 @@ SPECTACULAR_SETTINGS = {
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
-# Redis, so that every web process counts the same turns: DRF's throttles (the API's
-# tool_calling_turns rate) count in the default cache, and the local-memory cache would count per
-# process. Bounded timeouts: a stalled Redis answers the throttle's 503, never a hang.
+# Redis, shared by every web process (the admin's dashboards keep their settled figures there;
+# the API's turn rate counts in the database). Bounded timeouts: a stalled Redis costs a figure,
+# never a hang. JSON, never pickle: this is the broker's Redis, and a pickled value planted there
+# would run code in whichever process read it (S21; tool_calling.W003 warns of that).
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "tool_calling_example",
-        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        "OPTIONS": {
+            "socket_connect_timeout": 2,
+            "socket_timeout": 2,
+            # One pool of connections per process, not one per request (tool_calling/cache.py).
+            "pool_class": "tool_calling.cache.SharedConnectionPool",
+            "serializer": "tool_calling.cache.JSONSerializer",
+        },
     },
 }
 
 # --- Celery (read by project/celery.py through the CELERY_ namespace) ----------------------
 
 CELERY_BROKER_URL = REDIS_URL
-CELERY_RESULT_BACKEND = REDIS_URL
+# kombu's Redis transport with one Redis client per channel, not a new one per command (the
+# consumer of a worker running hundreds of calls spent a quarter of its time building them).
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT = "tool_calling.calls.transport:RedisTransport"
+# No result backend: tool_calling's tasks keep their outcomes in the database, and with one every
+# publish built a result object on the backend, and every thread its own connection to it.
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # JSON only: a pickled message pushed into the queue is refused, never unpickled.
 CELERY_ACCEPT_CONTENT = ["json"]
-CELERY_RESULT_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"
-CELERY_RESULT_SERIALIZER = "json"
 # At-least-once: a task is acknowledged after it ran, and redelivered if its worker dies.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -238,12 +347,19 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # it, a worker process keeps its connections for this many tasks; tool_calling's task bodies
 # still drop a connection that failed (close_old_connections), as Django does per request.
 CELERY_DB_REUSE_MAX = 1000
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# A Redis blip must not abort the calls that are running: they need no Redis to finish. Celery
+# would cancel them (a non-idempotent call would then end "outcome unknown"); left running, a
+# call finishes, its row records the outcome, and a message redelivered later finds it done (the
+# call's lease, not the broker, decides whether a tool runs again).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = 30
-CELERY_TASK_SOFT_TIME_LIMIT = 55
-CELERY_TASK_TIME_LIMIT = 60
+# Time limits of tasks without their own (a run step on a prefork worker; tool calls get their
+# tool's): longer than the model client waits for a model call (CHAT_MODEL TIMEOUT 60 s x 3
+# attempts), so a stalled model ends by the client's timeout and retries (tool_calling.W004).
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_TASK_TIME_LIMIT = 300
 # Redis redelivers an unacknowledged task after this many seconds. Celery's Redis caveats ask
-# for the same value in all three places.
+# for the same value wherever it is read (here, the broker's options and the top level).
 _VISIBILITY_TIMEOUT = 1800
 # The socket timeouts make a worker give up on a stalled Redis instead of hanging on it
 # (checked by tool_calling.W001; tool_calling's own publishes use EXECUTION["BROKER_TIMEOUT"]).
@@ -252,9 +368,6 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_timeout": 5,
     "socket_connect_timeout": 5,
 }
-CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIMEOUT}
-CELERY_REDIS_SOCKET_TIMEOUT = 5
-CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 5
 CELERY_VISIBILITY_TIMEOUT = _VISIBILITY_TIMEOUT
 CELERY_TIMEZONE = TIME_ZONE
 
@@ -291,7 +404,17 @@ TOOL_CALLING = {
     },
     # "inline" runs tool calls in the process of the turn; "celery" sends each to a worker.
     "EXECUTION": {"MODE": os.environ.get("TOOL_CALLING_EXECUTION_MODE") or "inline"},
+    # TOOL_CALLING_MCP_ALLOWED_HOSTS / _ORIGINS (the security section above).
+    "MCP": _MCP,
 }
+
+# --- OpenTelemetry (README "Observability") -----------------------------------------------
+
+# With OTEL_EXPORTER_OTLP_ENDPOINT set, this process (web, worker, beat or command) exports its
+# spans over OTLP/HTTP, and its metrics only with OTEL_METRICS_EXPORTER=otlp (or a metrics
+# endpoint): project/telemetry.py lists the variables. Unset, nothing is recorded. Set here,
+# where every process of the project passes before its first request or task.
+telemetry.configure()
 
 # --- Logging -------------------------------------------------------------------------------
 

@@ -62,6 +62,7 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.celery.toolsapp"]
 
 REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/0"
 CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_TRANSPORT = "tool_calling.calls.transport:RedisTransport"  # as project/settings.py
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_EAGER_PROPAGATES = False
 # The tool-call tasks ignore results: the database is the record.
@@ -111,6 +112,14 @@ LOGGING = {
     "loggers": {"tool_calling": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }
 
+# A worker started with TC_CELERY_QUEUE (tests/celery/test_thread_pool.py: a thread pool) sends
+# its runs' steps and calls to that queue, which only it consumes.
+if os.environ.get("TC_CELERY_QUEUE"):
+    TOOL_CALLING = {
+        **TOOL_CALLING,
+        "EXECUTION": {**TOOL_CALLING["EXECUTION"], "QUEUE": os.environ["TC_CELERY_QUEUE"]},
+    }
+
 # The worker that tests/celery/test_tool_search_on_workers.py starts runs durable turns with tool
 # search on, from a queue of its own (no other worker consumes it, so every step of those runs
 # is its); the test process sets the same keys with override_settings.
@@ -120,4 +129,15 @@ if SEARCH_QUEUE:
         **TOOL_CALLING,
         "EXECUTION": {**TOOL_CALLING["EXECUTION"], "QUEUE": SEARCH_QUEUE},
         "TOOL_SEARCH": {"ENABLED": True, "THRESHOLD": 0},
+    }
+
+# The worker and the web server of tests/celery/test_otlp_on_workers.py export over OTLP
+# (TC_TESTS_OTLP=1 and OTEL_EXPORTER_OTLP_ENDPOINT in their environment) and run their turns
+# from a queue of their own, which no other worker consumes: every span of those turns goes to
+# the test's OTLP receiver.
+OTLP_QUEUE = os.environ.get("TC_CELERY_OTLP_QUEUE")
+if OTLP_QUEUE:
+    TOOL_CALLING = {
+        **TOOL_CALLING,
+        "EXECUTION": {**TOOL_CALLING["EXECUTION"], "QUEUE": OTLP_QUEUE},
     }

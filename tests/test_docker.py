@@ -9,15 +9,24 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 from django.conf import settings
 
+from tests._compose import (
+    COMPOSE,
+    DOCKERFILE,
+    MissingVariable,
+    command,
+    dockerfile_env,
+    dockerfile_runs,
+    environment,
+    interpolate,
+    load,
+)
 from tool_calling.conf import DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[1]
-APP_SERVICES = ["web", "worker", "beat"]  # the services built from docker/Dockerfile
-COMPOSE = ROOT / "docker" / "compose.yml"
-DOCKERFILE = ROOT / "docker" / "Dockerfile"
+# The services built from docker/Dockerfile.
+APP_SERVICES = ["web", "worker", "worker-processes", "beat"]
 SETTINGS = ROOT / "project" / "settings.py"
 
 # os.environ.get("X"...), os.environ["X"], os.getenv("X"...)
@@ -36,24 +45,12 @@ def env_vars_read_by_settings():
 
 @pytest.fixture(scope="module")
 def compose():
-    return yaml.safe_load(COMPOSE.read_text())
+    return load()
 
 
 @pytest.fixture(scope="module")
 def services(compose):
     return compose["services"]
-
-
-def environment(service):
-    env = service.get("environment", {})
-    if isinstance(env, list):  # ["KEY=value", ...] form
-        env = dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
-    return env
-
-
-def command(service):
-    cmd = service.get("command", "")
-    return shlex.join(cmd) if isinstance(cmd, list) else cmd
 
 
 def depends_on(service):
@@ -78,6 +75,11 @@ def test_settings_scan_finds_the_documented_variables():
         "DJANGO_DEBUG",
         "DJANGO_ALLOWED_HOSTS",
         "TOOL_CALLING_EXECUTION_MODE",
+        *PRODUCTION_DEFAULTS,
+        "DJANGO_CSRF_TRUSTED_ORIGINS",
+        "DJANGO_STATIC_ROOT",
+        "TOOL_CALLING_MCP_ALLOWED_HOSTS",
+        "TOOL_CALLING_MCP_ALLOWED_ORIGINS",
     } <= env_vars_read_by_settings()
 
 
@@ -131,6 +133,19 @@ def test_worker_runs_celery_on_the_tool_queue(services):
     assert {DEFAULTS["EXECUTION"]["QUEUE"], "celery"} <= set(queues.group(1).split(","))
 
 
+def test_the_worker_waits_on_the_network_in_threads_and_has_the_files_for_them(services):
+    cmd = command(services["worker"])
+    assert re.search(r"-P threads --concurrency \$\$\{WORKER_THREADS:-\d+\}", cmd), cmd
+    assert services["worker"]["ulimits"]["nofile"] >= 65536
+
+
+def test_cpu_heavy_or_untrusted_tools_have_a_prefork_worker(services):
+    cmd = command(services["worker-processes"])
+    assert "celery -A project worker" in cmd and "-P prefork" in cmd
+    queues = re.search(r"-Q\s+(\S+)", cmd)
+    assert queues is not None and queues.group(1) == DEFAULTS["EXECUTION"]["PROCESS_QUEUE"]
+
+
 def test_exactly_one_beat(services):
     """Beat runs as its own service; a worker with -B as well would send every task twice."""
     assert "celery -A project beat" in command(services["beat"])
@@ -147,13 +162,69 @@ def test_the_sweeper_is_scheduled():
     assert 0 < float(sweeper["schedule"]) <= 60
 
 
-def test_web_migrates_creates_the_superuser_then_serves(services):
+def test_web_collects_static_files_migrates_creates_the_superuser_then_serves(services):
     cmd = command(services["web"])
+    collect = cmd.index("manage.py collectstatic --noinput")
     migrate = cmd.index("manage.py migrate")
     superuser = cmd.index("scripts/devserver.py superuser")
-    assert migrate < superuser < cmd.index("uvicorn project.asgi:application --host 0.0.0.0")
+    assert collect < migrate < superuser
+    assert superuser < cmd.index("uvicorn project.asgi:application --host 0.0.0.0")
+    assert "&&" in cmd[collect:migrate]  # a failed collectstatic stops the service
     assert "&&" in cmd[migrate:superuser]  # a failed migrate stops the service
     assert (ROOT / "scripts" / "devserver.py").is_file()
+
+
+def test_the_image_holds_the_static_files_collected_as_its_user():
+    """So that the image alone (`docker run`) serves them, and compose's collectstatic may
+    update them: after USER app, with a throwaway key (the image's ENV has DEBUG off)."""
+    runs = dockerfile_runs()
+    (collect,) = [run for run in runs if "collectstatic" in run]
+    assert re.fullmatch(
+        r"DJANGO_SECRET_KEY=\S+ python manage\.py collectstatic --noinput( -v0)?", collect
+    )
+    text = DOCKERFILE.read_text()
+    assert text.index("USER app") < text.index("collectstatic")
+    assert dockerfile_env()["DJANGO_DEBUG"] == "false"
+
+
+# The variables compose sets for the TLS proxy it expects in front of web, and their defaults.
+PRODUCTION_DEFAULTS = {
+    "DJANGO_SECURE_PROXY_SSL_HEADER": "true",
+    "DJANGO_SECURE_SSL_REDIRECT": "true",
+    "DJANGO_SECURE_COOKIES": "true",
+    "DJANGO_SECURE_HSTS_SECONDS": "3600",
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
+    "DJANGO_SECURE_HSTS_PRELOAD": "true",
+}
+
+
+def test_compose_sets_django_up_for_the_tls_proxy_by_default(services):
+    env = environment(services["web"])
+    for name, default in PRODUCTION_DEFAULTS.items():
+        assert interpolate(env[name], {}) == default, name
+        assert interpolate(env[name], {name: "false"}) == "false", name
+    for name in (
+        "DJANGO_CSRF_TRUSTED_ORIGINS",
+        "TOOL_CALLING_MCP_ALLOWED_HOSTS",
+        "TOOL_CALLING_MCP_ALLOWED_ORIGINS",
+    ):
+        assert interpolate(env[name], {}) == "", name
+        assert interpolate(env[name], {name: "x"}) == "x", name
+    # Where the Dockerfile's collectstatic puts them (its WORKDIR /app, var/static).
+    assert interpolate(env["DJANGO_STATIC_ROOT"], {}) == "/app/var/static"
+
+
+def test_the_web_healthcheck_comes_as_the_tls_proxy_does(services):
+    """With the HTTPS redirect on, a plain request would get a 301 to a port nothing serves."""
+    assert "'X-Forwarded-Proto': 'https'" in " ".join(services["web"]["healthcheck"]["test"])
+
+
+def test_whitenoise_serves_static_files_right_after_the_security_middleware():
+    middleware = list(settings.MIDDLEWARE)
+    security = middleware.index("django.middleware.security.SecurityMiddleware")
+    assert middleware[security + 1] == "whitenoise.middleware.WhiteNoiseMiddleware"
+    runtime = (ROOT / "requirements" / "runtime.txt").read_text()
+    assert re.search(r"^whitenoise==", runtime, re.M)
 
 
 def test_services_depend_on_redis_and_postgres(services):
@@ -162,12 +233,12 @@ def test_services_depend_on_redis_and_postgres(services):
             assert depends_on_condition(services[name], dep) == "service_healthy", (name, dep)
 
 
-@pytest.mark.parametrize("name", ["worker", "beat"])
+@pytest.mark.parametrize("name", ["worker", "worker-processes", "beat"])
 def test_worker_and_beat_wait_for_the_migrated_web(services, name):
     assert depends_on_condition(services[name], "web") == "service_healthy"
 
 
-@pytest.mark.parametrize("name", ["web", "worker", "redis", "postgres"])
+@pytest.mark.parametrize("name", ["web", "worker", "worker-processes", "redis", "postgres"])
 def test_healthchecks(services, name):
     check = services[name]["healthcheck"]
     assert check["test"][0] in {"CMD", "CMD-SHELL"}
@@ -214,30 +285,6 @@ def test_requirements_include_the_postgres_driver():
 
 
 # -- safe defaults (issue #15) -------------------------------------------------------------------
-
-_VARIABLE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
-
-
-class MissingVariable(Exception):
-    pass
-
-
-def interpolate(value, env):
-    """What compose makes of a value: ${X}, ${X:-default}, ${X-default}, ${X:?error}, $$."""
-
-    def substitute(match):
-        if match.group(0) == "$$":
-            return "$"
-        name, operator, argument = match.groups()
-        present = name in env
-        empty = present and env[name] == ""
-        if operator in (":?", "?") and (not present or (operator == ":?" and empty)):
-            raise MissingVariable(f"{name}: {argument}")
-        if operator in (":-", "-") and (not present or (operator == ":-" and empty)):
-            return argument
-        return env.get(name, "")
-
-    return _VARIABLE.sub(substitute, value)
 
 
 def test_compose_refuses_to_start_without_a_secret_key(services):

@@ -33,12 +33,27 @@ tool_calling.E015   ``ARGUMENT_AUGMENTATION["TYPE"]`` is not an object type with
                     pydantic model, dataclass or TypedDict).
 tool_calling.E016   ``MCP["ALLOWED_HOSTS"]`` is not a list of host names, or
                     ``MCP["ALLOWED_ORIGINS"]`` is neither None nor a list of origins.
+tool_calling.E017   The API is mounted (its turns run as Celery tasks) but Celery is not
+                    installed, whatever ``EXECUTION["MODE"]`` says about tool calls.
+tool_calling.E018   The API is mounted but the current Celery app has no broker URL (the
+                    project defines no Celery app that reads the Django settings), and does not
+                    run tasks eagerly.
+tool_calling.E019   The API is mounted and ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` gives
+                    ``tool_calling_turns`` a value that is not a rate (``"30/min"``) or None.
 tool_calling.W001   A Redis broker without ``socket_timeout`` in
                     ``CELERY_BROKER_TRANSPORT_OPTIONS``: a worker's connection (and Celery's own
                     publishes) would wait forever on a stalled Redis (S9). tool_calling's own
                     publishes are bounded by ``EXECUTION["BROKER_TIMEOUT"]`` either way.
 tool_calling.W002   ``OBSERVATIONS_INCLUDE_CONTENT`` is on: tool arguments and results and the
                     messages of model calls go on OpenTelemetry spans (S12).
+tool_calling.W003   A Redis cache that pickles (Django's default serializer) shares the Redis
+                    database of the Celery broker: whoever can write to the broker could run
+                    code in every process that reads the cache (S21).
+tool_calling.W004   A Celery task time limit (``CELERY_TASK_SOFT_TIME_LIMIT`` or
+                    ``CELERY_TASK_TIME_LIMIT``) that a run step on a prefork worker reaches
+                    before the model client gives up on its own (``CHAT_MODEL["TIMEOUT"]`` x
+                    (``MAX_RETRIES`` + 1)): a stalled model would fail the run through Celery's
+                    limit, before the client's timeout and retries acted (R13).
 =================== =======================================================================
 """
 
@@ -47,21 +62,25 @@ from __future__ import annotations
 import copy
 import difflib
 import importlib
-import importlib.util
 import pkgutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
 
+from tool_calling import _celery
 from tool_calling.conf import (
+    DEFAULT_TURN_RATE,
     DEFAULTS,
     IMPORT_STRINGS,
     SETTING_NAME,
+    TURN_THROTTLE_SCOPE,
     broker_visibility_timeout,
     settings,
 )
@@ -116,8 +135,66 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _check_augmentation(values["ARGUMENT_AUGMENTATION"])
     errors += _check_mcp(values["MCP"])
     errors += _check_broker_socket_timeout()
+    errors += _check_step_time_limit(values["CHAT_MODEL"])
+    errors += _check_cache_serializer()
     errors += _check_content(values["OBSERVATIONS_INCLUDE_CONTENT"])
+    errors += _check_api()
     return errors
+
+
+def _api_mounted() -> bool:
+    """Whether the project's URLconf includes ``tool_calling.api.urls`` (as ``tool_calling``)."""
+    try:
+        reverse("tool_calling:api-root")
+    except NoReverseMatch:
+        return False
+    return True
+
+
+def _check_api() -> list[CheckMessage]:
+    """What the API needs beyond its URLs: Celery for its turns, a valid rate of new turns."""
+    if not _api_mounted():
+        return []
+    errors: list[CheckMessage] = []
+    problem = _celery.problem()
+    if problem is not None:
+        errors.append(
+            Error(
+                "tool_calling's API is mounted, and the turns it starts run as Celery tasks, "
+                f"but {problem.text}.",
+                hint=problem.hint,
+                id=problem.check_id,
+            )
+        )
+    rates = (getattr(django_settings, "REST_FRAMEWORK", None) or {}).get(
+        "DEFAULT_THROTTLE_RATES"
+    ) or {}
+    if TURN_THROTTLE_SCOPE in rates and not _is_rate(rates[TURN_THROTTLE_SCOPE]):
+        key = f'REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["{TURN_THROTTLE_SCOPE}"]'
+        errors.append(
+            Error(
+                f"The value of '{key}' must be a rate such as '30/min', or None; got "
+                f"{rates[TURN_THROTTLE_SCOPE]!r}.",
+                hint="A number of turns, '/', then 's', 'm', 'h' or 'd' (per second, minute, "
+                "hour or day), as Django REST framework's throttles read it; None turns the "
+                f"limit off. Without the key the rate is {DEFAULT_TURN_RATE}.",
+                id="tool_calling.E019",
+            )
+        )
+    return errors
+
+
+def _is_rate(rate: object) -> bool:
+    """Whether Django REST framework's throttles can read ``rate`` (else no new turn starts)."""
+    from rest_framework.throttling import SimpleRateThrottle  # the API is mounted: DRF is there
+
+    if rate is not None and not isinstance(rate, str):
+        return False
+    try:
+        SimpleRateThrottle.parse_rate(SimpleRateThrottle.__new__(SimpleRateThrottle), rate)
+    except (ValueError, KeyError, IndexError):
+        return False
+    return True
 
 
 def _check_content(include_content: object) -> list[CheckMessage]:
@@ -396,7 +473,7 @@ def _check_import_strings(values: Mapping[str, Any]) -> list[CheckMessage]:
 
 
 def _celery_installed() -> bool:
-    return importlib.util.find_spec("celery") is not None
+    return _celery.installed()
 
 
 def _is_positive_number(value: object) -> bool:
@@ -480,6 +557,103 @@ def _check_broker_socket_timeout() -> list[CheckMessage]:
             id="tool_calling.W001",
         )
     ]
+
+
+def model_patience(chat_model: Mapping[str, Any]) -> float | None:
+    """Seconds the model client may spend on one model call: its timeout, once per attempt.
+
+    ``None`` when the configured values are not numbers (other checks report those).
+    """
+    timeout, retries = chat_model.get("TIMEOUT"), chat_model.get("MAX_RETRIES")
+    if not isinstance(timeout, int | float) or not _is_positive_number(timeout):
+        return None
+    if isinstance(retries, bool) or not isinstance(retries, int):
+        return None
+    return float(timeout) * (max(retries, 0) + 1)
+
+
+def _check_step_time_limit(chat_model: Mapping[str, Any]) -> list[CheckMessage]:
+    """R13: a model stall must end by the model client's own timeout, not a Celery limit."""
+    if not _celery_installed():
+        return []
+    patience = model_patience(chat_model)
+    if patience is None:
+        return []
+    messages: list[CheckMessage] = []
+    for name in ("CELERY_TASK_SOFT_TIME_LIMIT", "CELERY_TASK_TIME_LIMIT"):
+        limit = getattr(django_settings, name, None)
+        if not isinstance(limit, int | float) or not _is_positive_number(limit):
+            continue
+        if limit > patience:
+            continue
+        messages.append(
+            Warning(
+                f"{name} ({limit:g} s) is not longer than the model client waits for one model "
+                f"call (TOOL_CALLING['CHAT_MODEL']['TIMEOUT'] x (MAX_RETRIES + 1) = "
+                f"{patience:g} s): a run step on a prefork worker would be stopped by Celery "
+                "while the model stalls, before the client's own timeout and retries acted.",
+                hint=f"Set {name} above {patience:g} (tool calls keep their own limits, from "
+                "each tool's timeout), or lower CHAT_MODEL's TIMEOUT or MAX_RETRIES. On a "
+                "thread pool Celery enforces no task time limits at all.",
+                id="tool_calling.W004",
+            )
+        )
+    return messages
+
+
+_REDIS_CACHES = frozenset(
+    {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
+)
+_SAFE_CACHE_SERIALIZERS = frozenset(
+    {"tool_calling.cache.JSONSerializer", "django_redis.serializers.json.JSONSerializer"}
+)
+
+
+def _redis_database(url: str) -> tuple[str, int, int] | None:
+    """``(host, port, database)`` of a Redis URL (``None`` for another kind of URL)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("redis", "rediss"):
+        return None
+    path = parts.path.strip("/")
+    database = path if path.isdigit() else (parse_qs(parts.query).get("db") or ["0"])[0]
+    try:
+        return (parts.hostname or "localhost").lower(), parts.port or 6379, int(database)
+    except ValueError:
+        return None
+
+
+def _check_cache_serializer() -> list[CheckMessage]:
+    """S21: no cache that unpickles may share the broker's Redis database."""
+    broker = getattr(django_settings, "CELERY_BROKER_URL", None)
+    shared = _redis_database(broker) if isinstance(broker, str) else None
+    if shared is None:
+        return []
+    warnings: list[CheckMessage] = []
+    for alias, cache in (getattr(django_settings, "CACHES", None) or {}).items():
+        if not isinstance(cache, Mapping) or cache.get("BACKEND") not in _REDIS_CACHES:
+            continue
+        location = cache.get("LOCATION") or []
+        locations = [location] if isinstance(location, str) else list(location)
+        if shared not in {_redis_database(str(each)) for each in locations}:
+            continue
+        options = cache.get("OPTIONS") or {}
+        # Django's option, or django-redis's.
+        serializer = options.get("serializer") or options.get("SERIALIZER")
+        if isinstance(serializer, type):
+            serializer = f"{serializer.__module__}.{serializer.__qualname__}"
+        if serializer in _SAFE_CACHE_SERIALIZERS:
+            continue
+        warnings.append(
+            Warning(
+                f"The cache {alias!r} shares the Redis database of CELERY_BROKER_URL and "
+                "unpickles what it reads: whoever can write a key there (any client of the "
+                "broker) could run code in every process that reads the cache.",
+                hint="Give it OPTIONS = {'serializer': 'tool_calling.cache.JSONSerializer'} "
+                "(JSON, never pickle), or a Redis database and credentials of its own.",
+                id="tool_calling.W003",
+            )
+        )
+    return warnings
 
 
 _UNSAFE_CONTENT = {

@@ -51,7 +51,9 @@ from tool_calling.core.execution.limits import ToolCallLimits
 
 __all__ = [
     "DEFAULTS",
+    "DEFAULT_TURN_RATE",
     "IMPORT_STRINGS",
+    "TURN_THROTTLE_SCOPE",
     "ToolCallingSettings",
     "broker_visibility_timeout",
     "django_core_settings",
@@ -93,8 +95,14 @@ DEFAULTS: dict[str, Any] = {
         "MODE": "inline",
         # How many calls of one assistant message run at the same time in-process.
         "MAX_CONCURRENT_CALLS": 8,
-        # Default Celery queue of tool calls; a tool in the admin may name its own.
+        # Default Celery queue of tool calls (and of durable runs' steps); a tool in the admin
+        # may name its own. Run it on a thread pool (celery worker -P threads): a call waiting
+        # on the network holds a thread, not a process.
         "QUEUE": "tool_calling",
+        # The queue an operator picks in the admin for CPU-heavy or untrusted tools: run it on
+        # a prefork pool (celery worker -P prefork), where a call's hard time limit kills its
+        # process.
+        "PROCESS_QUEUE": "tool_calling_processes",
         # Default time limit of one tool call, in seconds; a tool in the admin may set its own.
         # On a Celery worker this is the soft limit: the call ends with a "timed out" error
         # response the model sees.
@@ -251,6 +259,14 @@ DEFAULTS: dict[str, Any] = {
     },
 }
 
+
+TURN_THROTTLE_SCOPE = "tool_calling_turns"
+"""The DRF throttle scope of new turns (``POST .../messages/``), a key of
+``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``; ``None`` there turns the limit off."""
+
+DEFAULT_TURN_RATE = "30/min"
+"""New turns a user may start, when ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` names no rate
+for ``TURN_THROTTLE_SCOPE``."""
 
 IMPORT_STRINGS: frozenset[str] = frozenset({"AUDIT_REDACTOR", "EXCEPTION_PROCESSOR"})
 """Keys whose value may be a dotted path, imported when the key is first read."""

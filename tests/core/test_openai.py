@@ -927,3 +927,16 @@ def test_async_errors_are_translated() -> None:
         asyncio.run(model.acall(Prompt("Hi")))
 
     assert caught.value.request_id == "req_123"
+
+
+def test_models_of_one_configuration_share_one_client() -> None:
+    """A governed turn builds its model anew: the client (its SSL context, its connections) is
+    built once per configuration and process, not once per model."""
+    first = OpenAIChatModel(base_url="http://127.0.0.1:9/v1", api_key="k", timeout=5)
+    second = OpenAIChatModel(base_url="http://127.0.0.1:9/v1", api_key="k", timeout=5)
+    other_key = OpenAIChatModel(base_url="http://127.0.0.1:9/v1", api_key="other", timeout=5)
+    other_timeout = OpenAIChatModel(base_url="http://127.0.0.1:9/v1", api_key="k", timeout=6)
+    assert first.client is second.client
+    assert other_key.client is not first.client
+    assert other_timeout.client is not first.client
+    assert (str(first.client.base_url), first.client.api_key) == ("http://127.0.0.1:9/v1/", "k")

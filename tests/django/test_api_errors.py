@@ -7,13 +7,13 @@ numbers where text belongs, bodies over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, look-al
 
 import asyncio
 import json
-import socket
 from unittest import mock
 from urllib.parse import urlencode
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
+from django.db import OperationalError
 from django.test import AsyncClient, Client, override_settings
 from rest_framework.test import APIClient
 
@@ -333,6 +333,20 @@ def test_after_and_last_event_id_take_ascii_digits_only(alice, script, after):
         }
 
 
+@pytest.mark.parametrize(
+    "after", ["٣", "1_0", " 5", "5 ", "+5", "-1", "x", "", "1.5", "0x5", "9" * 19]
+)
+def test_a_conversations_after_takes_ascii_digits_only(alice, after):
+    """The rule of the run events' ``?after=`` (one function), with the conversation's message."""
+    conversation = conversation_of(alice)
+    response = client_for(alice).get(url("conversation-detail", conversation.pk), {"after": after})
+    message = f"Expected a message sequence number (digits 0-9), got {after!r}."
+    assert assert_json_detail(response, 400) == {
+        "detail": f"after: {message}",
+        "errors": {"after": [message]},
+    }
+
+
 @pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
 def test_other_methods_on_the_events_url_are_a_json_405(alice, script, method):
     run = finished_run(alice, script)
@@ -345,29 +359,24 @@ def test_other_methods_on_the_events_url_are_a_json_405(alice, script, method):
     assert response["Allow"] == "GET, HEAD"
 
 
-# -- the turn throttle's cache -------------------------------------------------------------------
+# -- the turn rate limiter's database ----------------------------------------------------------
 
 
-def test_a_throttle_cache_that_does_not_answer_is_a_503_and_nothing_is_saved(alice, script):
+def test_a_rate_limiter_whose_database_fails_is_a_503_and_nothing_is_saved(alice, script):
     script(text("Hello"))
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
-    unreachable = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": f"redis://127.0.0.1:{closed}/0",
-            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
-        }
-    }
     conversation = conversation_of(alice)
-    with override_settings(CACHES=unreachable):
+    failing = mock.patch.object(
+        models.RequestHistory.objects,
+        "select_for_update",
+        side_effect=OperationalError("database is locked"),
+    )
+    with failing:
         response = client_for(alice).post(
             url("conversation-messages", conversation.pk), {"text": "Hi"}, format="json"
         )
     assert assert_json_detail(response, 503) == {
-        "detail": "The turn was not started: the rate limiter's cache is unavailable. Nothing "
-        "was saved; send the message again later."
+        "detail": "The turn was not started: the rate limiter is unavailable. Nothing was "
+        "saved; send the message again later."
     }
     assert not conversation.messages.exists() and not models.Run.objects.exists()
 

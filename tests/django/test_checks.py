@@ -5,7 +5,9 @@ from django.core.checks import Error, Warning, run_checks
 from django.core.management import call_command
 from django.test import override_settings
 
-from tool_calling import checks
+from tests.django._tools import current_celery_app
+from tool_calling import _celery, checks
+from tool_calling.cache import JSONSerializer
 from tool_calling.conf import DEFAULTS
 
 ACCEPTED_KEYS = (
@@ -100,8 +102,8 @@ def test_e002_unknown_nested_key_without_a_close_match_lists_the_accepted_keys()
         Error(
             """Unknown key 'BACKEND' in TOOL_CALLING["EXECUTION"].""",
             hint="The accepted keys are: BROKER_TIMEOUT, LEASE_SECONDS, MAX_ATTEMPTS, "
-            "MAX_CONCURRENT_CALLS, MODE, QUEUE, REDISPATCH_AFTER, RETRY_BACKOFF_MAX, TIMEOUT, "
-            "TIMEOUT_GRACE, WAIT_MARGIN.",
+            "MAX_CONCURRENT_CALLS, MODE, PROCESS_QUEUE, QUEUE, REDISPATCH_AFTER, "
+            "RETRY_BACKOFF_MAX, TIMEOUT, TIMEOUT_GRACE, WAIT_MARGIN.",
             id="tool_calling.E002",
         )
     ]
@@ -262,6 +264,8 @@ def test_e003_execution_timings_must_be_positive_integers(key, value):
 
 REDIS = "redis://127.0.0.1:6379/0"
 BOUNDED = {"socket_timeout": 5, "socket_connect_timeout": 5}
+# A model client that gives up within 30 s: the 60 s task limits of these tests are not W004's.
+QUICK_MODEL = {"TIMEOUT": 10, "MAX_RETRIES": 2}
 
 
 def test_e010_a_visibility_timeout_shorter_than_a_tool_calls_hard_limit(settings):
@@ -269,7 +273,7 @@ def test_e010_a_visibility_timeout_shorter_than_a_tool_calls_hard_limit(settings
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600, **BOUNDED}
     settings.CELERY_TASK_TIME_LIMIT = 60
     execution = {"TIMEOUT": 580, "TIMEOUT_GRACE": 10, "RETRY_BACKOFF_MAX": 10}
-    assert run({"EXECUTION": execution}) == [
+    assert run({"EXECUTION": execution, "CHAT_MODEL": QUICK_MODEL}) == [
         Error(
             "The broker's visibility timeout "
             """(CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = 600 s) must be longer """
@@ -284,7 +288,7 @@ def test_e010_a_visibility_timeout_shorter_than_a_tool_calls_hard_limit(settings
             id="tool_calling.E010",
         )
     ]
-    assert run({"EXECUTION": {**execution, "TIMEOUT": 579}}) == []
+    assert run({"EXECUTION": {**execution, "TIMEOUT": 579}, "CHAT_MODEL": QUICK_MODEL}) == []
 
 
 def test_e010_r7_the_longest_retry_backoff_counts_too(settings):
@@ -293,8 +297,10 @@ def test_e010_r7_the_longest_retry_backoff_counts_too(settings):
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600, **BOUNDED}
     settings.CELERY_TASK_TIME_LIMIT = 60
     execution = {"TIMEOUT": 100, "TIMEOUT_GRACE": 5}
-    assert run({"EXECUTION": {**execution, "RETRY_BACKOFF_MAX": 494}}) == []
-    [error] = run({"EXECUTION": {**execution, "RETRY_BACKOFF_MAX": 495}})
+    assert (
+        run({"EXECUTION": {**execution, "RETRY_BACKOFF_MAX": 494}, "CHAT_MODEL": QUICK_MODEL}) == []
+    )
+    [error] = run({"EXECUTION": {**execution, "RETRY_BACKOFF_MAX": 495}, "CHAT_MODEL": QUICK_MODEL})
     assert error.id == "tool_calling.E010"
     assert 'RETRY_BACKOFF_MAX"] = 600 s)' in error.msg
 
@@ -336,7 +342,7 @@ def test_e010_brokers_without_a_visibility_timeout_are_not_checked(settings, url
     settings.CELERY_BROKER_URL = url
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 1}
     settings.CELERY_TASK_TIME_LIMIT = 60
-    assert run({}) == []
+    assert run({"CHAT_MODEL": QUICK_MODEL}) == []
 
 
 def test_the_example_projects_celery_settings_pass_e010(settings):
@@ -368,6 +374,65 @@ def test_w001_a_redis_broker_without_a_socket_timeout(settings, options):
         )
     ]
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {**options, "socket_timeout": 5}
+    assert run({}) == []
+
+
+# --- W003: a pickling cache in the broker's Redis database (S21) -------------------------------
+
+PICKLING_CACHE = {
+    "BACKEND": "django.core.cache.backends.redis.RedisCache",
+    "LOCATION": "redis://127.0.0.1:6379/0",
+}
+W003 = Warning(
+    "The cache 'default' shares the Redis database of CELERY_BROKER_URL and unpickles what it "
+    "reads: whoever can write a key there (any client of the broker) could run code in every "
+    "process that reads the cache.",
+    hint="Give it OPTIONS = {'serializer': 'tool_calling.cache.JSONSerializer'} (JSON, never "
+    "pickle), or a Redis database and credentials of its own.",
+    id="tool_calling.W003",
+)
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "redis://127.0.0.1:6379/0",
+        "redis://127.0.0.1:6379",  # database 0 by default
+        "redis://:secret@127.0.0.1/0",  # port 6379 by default
+        ["redis://127.0.0.1:6379/0", "redis://replica:6379/0"],
+    ],
+)
+def test_w003_a_pickling_redis_cache_in_the_brokers_database(settings, location):
+    settings.CELERY_BROKER_URL = REDIS
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = BOUNDED
+    settings.CACHES = {"default": {**PICKLING_CACHE, "LOCATION": location}}
+    assert run({}) == [W003]
+
+
+@pytest.mark.parametrize(
+    "cache",
+    [
+        {**PICKLING_CACHE, "OPTIONS": {"serializer": "tool_calling.cache.JSONSerializer"}},
+        {**PICKLING_CACHE, "OPTIONS": {"serializer": JSONSerializer}},
+        {**PICKLING_CACHE, "LOCATION": "redis://127.0.0.1:6379/1"},  # a database of its own
+        {**PICKLING_CACHE, "LOCATION": "redis://cache.internal:6379/0"},
+        {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    ],
+)
+def test_w003_a_json_cache_or_one_apart_from_the_broker_passes(settings, cache):
+    settings.CELERY_BROKER_URL = REDIS
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = BOUNDED
+    settings.CACHES = {"default": cache}
+    assert run({}) == []
+
+
+def test_the_example_projects_cache_passes_w003(settings):
+    from project import settings as project_settings
+
+    settings.CELERY_BROKER_URL = project_settings.CELERY_BROKER_URL
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = project_settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    settings.CACHES = project_settings.CACHES
+    assert project_settings.CACHES["default"]["LOCATION"] == project_settings.CELERY_BROKER_URL
     assert run({}) == []
 
 
@@ -462,6 +527,85 @@ def test_e007_celery_mode_without_celery_installed(monkeypatch):
             id="tool_calling.E007",
         )
     ]
+
+
+# --- E017 / E018 / E019: what the mounted API needs ------------------------------------------
+
+CELERY_SET_UP = (
+    "define the project's Celery app as Celery's Django guide does "
+    "(app.config_from_object('django.conf:settings', namespace='CELERY') in <project>/celery.py, "
+    "imported by <project>/__init__.py), set CELERY_BROKER_URL (e.g. "
+    "'redis://127.0.0.1:6379/0') and start a worker: celery -A <project> worker -Q "
+    "tool_calling,celery. In development, CELERY_TASK_ALWAYS_EAGER = True runs each turn inside "
+    "the request that starts it instead (no broker, no worker)."
+)
+
+
+def test_e017_the_mounted_api_without_celery_installed_in_the_inline_mode(monkeypatch):
+    """The API's turns are Celery tasks whatever EXECUTION["MODE"] says about tool calls."""
+    monkeypatch.setattr(_celery, "installed", lambda: False)
+    assert run({"EXECUTION": {"MODE": "inline"}}) == [
+        Error(
+            "tool_calling's API is mounted, and the turns it starts run as Celery tasks, but "
+            "Celery is not installed.",
+            hint="Install it (pip install 'celery[redis]'), then " + CELERY_SET_UP,
+            id="tool_calling.E017",
+        )
+    ]
+
+
+def test_e018_the_mounted_api_with_a_celery_app_that_has_no_broker():
+    """Celery installed, no <project>/celery.py: the default app knows no CELERY_BROKER_URL."""
+    with current_celery_app("default"):
+        assert run({}) == [
+            Error(
+                "tool_calling's API is mounted, and the turns it starts run as Celery tasks, "
+                "but the current Celery app ('default') has no broker URL.",
+                hint="Celery's default app does not read the Django settings: " + CELERY_SET_UP,
+                id="tool_calling.E018",
+            )
+        ]
+    assert run({}) == []  # the project's app, which loads CELERY_BROKER_URL
+
+
+def test_e018_not_when_the_celery_app_runs_tasks_eagerly():
+    with current_celery_app(task_always_eager=True):
+        assert run({}) == []
+
+
+@override_settings(ROOT_URLCONF="tests.django.urls_without_api")
+def test_e017_e018_not_where_the_api_is_not_mounted(monkeypatch):
+    """manage.py chat and in-process turns need no Celery."""
+    with current_celery_app():
+        assert run({}) == []
+    monkeypatch.setattr(_celery, "installed", lambda: False)
+    assert run({}) == []
+
+
+@pytest.mark.parametrize("rate", ["thirty/min", "30", "30/fortnight", "", "30/", 30, ["30/min"]])
+def test_e019_a_turn_rate_the_throttle_cannot_read(settings, rate):
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {"tool_calling_turns": rate},
+    }
+    assert run({}) == [
+        Error(
+            """The value of 'REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["tool_calling_turns"]' """
+            f"must be a rate such as '30/min', or None; got {rate!r}.",
+            hint="A number of turns, '/', then 's', 'm', 'h' or 'd' (per second, minute, hour "
+            "or day), as Django REST framework's throttles read it; None turns the limit off. "
+            "Without the key the rate is 30/min.",
+            id="tool_calling.E019",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "rates", [{"tool_calling_turns": "5/hour"}, {"tool_calling_turns": None}, {}]
+)
+def test_e019_not_for_a_rate_none_or_no_key(settings, rates):
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
+    assert run({}) == []
 
 
 # --- E006: not a dict ----------------------------------------------------------------------
@@ -769,3 +913,61 @@ def test_e020_mcp_hosts_and_origins_must_be_lists():
     assert run({"MCP": {"ALLOWED_ORIGINS": ["ide.example.com"]}}) == [origin_error]
     assert run({"MCP": {"ALLOWED_HOSTS": ["mcp.example.com"], "ALLOWED_ORIGINS": None}}) == []
     assert run({"MCP": {"ALLOWED_ORIGINS": ["https://ide.example.com"]}}) == []
+
+
+# --- the JSON serializer of the cache (S21) ------------------------------------------------------
+
+
+def test_the_cache_serializer_stores_json_and_refuses_anything_else():
+    serializer = JSONSerializer()
+    assert serializer.dumps(41) == 41  # Redis increments integers itself
+    assert serializer.dumps(True) == b"true"
+    assert serializer.dumps({"days": (1, 2), "on": "x"}) == b'{"days":[1,2],"on":"x"}'
+    assert serializer.loads(b'{"days":[1,2],"on":"x"}') == {"days": [1, 2], "on": "x"}
+    assert serializer.loads(b"42") == 42
+    with pytest.raises(ValueError, match="^The cache holds a value that is not JSON; it was not"):
+        serializer.loads(b"\x80\x05\x95 a pickle")
+
+
+# --- W004: a task time limit shorter than the model client's patience (R13) --------------------
+
+
+def test_w004_a_task_time_limit_a_stalled_model_reaches_before_the_clients_timeout(settings):
+    settings.CELERY_TASK_SOFT_TIME_LIMIT = 55
+    settings.CELERY_TASK_TIME_LIMIT = 60
+    assert run({"CHAT_MODEL": {"TIMEOUT": 60, "MAX_RETRIES": 2}}) == [
+        Warning(
+            "CELERY_TASK_SOFT_TIME_LIMIT (55 s) is not longer than the model client waits for "
+            "one model call (TOOL_CALLING['CHAT_MODEL']['TIMEOUT'] x (MAX_RETRIES + 1) = 180 s): "
+            "a run step on a prefork worker would be stopped by Celery while the model stalls, "
+            "before the client's own timeout and retries acted.",
+            hint="Set CELERY_TASK_SOFT_TIME_LIMIT above 180 (tool calls keep their own limits, "
+            "from each tool's timeout), or lower CHAT_MODEL's TIMEOUT or MAX_RETRIES. On a thread "
+            "pool Celery enforces no task time limits at all.",
+            id="tool_calling.W004",
+        ),
+        Warning(
+            "CELERY_TASK_TIME_LIMIT (60 s) is not longer than the model client waits for one "
+            "model call (TOOL_CALLING['CHAT_MODEL']['TIMEOUT'] x (MAX_RETRIES + 1) = 180 s): a "
+            "run step on a prefork worker would be stopped by Celery while the model stalls, "
+            "before the client's own timeout and retries acted.",
+            hint="Set CELERY_TASK_TIME_LIMIT above 180 (tool calls keep their own limits, from "
+            "each tool's timeout), or lower CHAT_MODEL's TIMEOUT or MAX_RETRIES. On a thread "
+            "pool Celery enforces no task time limits at all.",
+            id="tool_calling.W004",
+        ),
+    ]
+    # The client gives up sooner (10 s x 3): the limits are long enough.
+    assert run({"CHAT_MODEL": {"TIMEOUT": 10, "MAX_RETRIES": 2}}) == []
+    settings.CELERY_TASK_SOFT_TIME_LIMIT = 181
+    settings.CELERY_TASK_TIME_LIMIT = 200
+    assert run({"CHAT_MODEL": {"TIMEOUT": 60, "MAX_RETRIES": 2}}) == []
+
+
+def test_w004_the_example_project_gives_run_steps_longer_than_the_client_waits():
+    from project import settings as project
+
+    assert project.CELERY_TASK_SOFT_TIME_LIMIT > 60 * 3
+    assert project.CELERY_TASK_TIME_LIMIT > project.CELERY_TASK_SOFT_TIME_LIMIT
+    # A Redis blip leaves running calls running: their leases, not the broker, decide (R13).
+    assert project.CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS is False

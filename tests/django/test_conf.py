@@ -51,6 +51,7 @@ def test_documented_defaults():
         "MODE": "inline",
         "MAX_CONCURRENT_CALLS": 8,
         "QUEUE": "tool_calling",
+        "PROCESS_QUEUE": "tool_calling_processes",
         "TIMEOUT": 30,
         "TIMEOUT_GRACE": 5,
         "LEASE_SECONDS": 15,

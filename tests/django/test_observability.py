@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from tests._otel import dump, recording
 from tests.django._tools import registered, tool_calling_settings
 from tests.mcp import served_tools
-from tests.mcp._servers import UvicornThread
+from tests.mcp._servers import UvicornThread, running, sdk_server
 from tool_calling import (
     ChatClient,
     OpenAIChatModel,
@@ -38,7 +39,13 @@ from tool_calling import (
     tool,
 )
 from tool_calling.calls import approvals
-from tool_calling.core.mcp import McpConnection, McpToolCallbackProvider, StreamableHttpTransport
+from tool_calling.core.mcp import (
+    McpConnection,
+    McpToolCallback,
+    McpToolCallbackProvider,
+    McpToolSpec,
+    StreamableHttpTransport,
+)
 from tool_calling.governance import governed_chat_client
 from tool_calling.observability import _content, semconv
 from tool_calling.registry import registry
@@ -436,8 +443,12 @@ def test_a_call_governance_refuses_at_run_time_is_a_refused_span(alice, otel):
 # --- durable runs -------------------------------------------------------------------------------
 
 
-def test_a_durable_run_is_one_trace_joined_by_every_step(alice, script, otel):
-    """Eager Celery: the first step opens the turn; the step after an approval joins it."""
+def test_a_durable_run_is_one_turn_span_from_its_first_step_to_its_end(alice, script, otel):
+    """Eager Celery: the first step reserves the turn; the turn span covers every step.
+
+    The step after an approval (another request's trace) joins it; the span is recorded when
+    the run ends, with the usage of both model calls.
+    """
     script(
         tool_calls(tool_call("obs_wire", amount=10), tool_call("obs_add", a=1, b=2)), text("Done")
     )
@@ -446,12 +457,11 @@ def test_a_durable_run_is_one_trace_joined_by_every_step(alice, script, otel):
     run = runs.start_turn(conversation, "Pay 10", user=alice)
     run.refresh_from_db()
     assert run.status == "awaiting_approval"
-    turn = otel.one("invoke_agent")
-    # The W3C traceparent of the turn span (flags: sampled, and random trace id on this SDK).
-    assert run.trace_context.split("-")[:3] == traceparent(turn.context).split("-")[:3]
-    assert turn.attributes["tool_calling.run.id"] == str(run.pk)
-    assert turn.attributes["tool_calling.run.step"] == 1
-    assert turn.attributes["gen_ai.conversation.id"] == str(conversation.pk)
+    assert otel.named("invoke_agent") == []  # the turn goes on: not recorded yet
+    # The reserved span: a traceparent, then its parent (none: no span sent the first step).
+    reserved, parent = run.trace_context.split(";")
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[13]", reserved)
+    assert parent == "0" * 16
 
     # The approver's request is another trace; the step it wakes joins the run's.
     with trace.get_tracer("approver").start_as_current_span("POST /approve") as request_span:
@@ -461,16 +471,30 @@ def test_a_durable_run_is_one_trace_joined_by_every_step(alice, script, otel):
     run.refresh_from_db()
     assert run.status == "succeeded"
 
+    turn = otel.one("invoke_agent")  # one turn span however many steps
+    assert traceparent(turn.context).split("-")[:3] == reserved.split("-")[:3]
+    assert turn.parent is None
+    assert turn.attributes["tool_calling.run.id"] == str(run.pk)
+    assert turn.attributes["gen_ai.conversation.id"] == str(conversation.pk)
+    assert turn.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert "tool_calling.run.step" not in turn.attributes
     spans = [s for s in otel.spans() if s.name != "POST /approve"]
     assert {s.context.trace_id for s in spans} == {turn.context.trace_id}
     assert request_span.get_span_context().trace_id != turn.context.trace_id
-    assert len(otel.named("invoke_agent")) == 1  # one turn span however many steps
     chats = otel.named("chat")
     tools = {s.name: s for s in otel.spans() if s.name.startswith("execute_tool")}
     assert len(chats) == 2 and set(tools) == {"execute_tool obs_wire", "execute_tool obs_add"}
-    assert all(parent_of(s) == turn.context.span_id for s in (*chats, *tools.values()))
-    run_spans = (*chats, *tools.values())
-    assert all(s.attributes["tool_calling.run.id"] == str(run.pk) for s in run_spans)
+    children = (*chats, *tools.values())
+    assert all(parent_of(s) == turn.context.span_id for s in children)
+    assert all(s.attributes["tool_calling.run.id"] == str(run.pk) for s in children)
+    assert [c.attributes["tool_calling.run.step"] for c in chats] == [1, 2]
+    # From the first step's start to the run's end: every step and call inside it.
+    assert turn.start_time == int(run.started_at.timestamp() * 1_000_000_000)
+    assert turn.end_time == int(run.finished_at.timestamp() * 1_000_000_000)
+    assert turn.start_time <= min(s.start_time for s in children)
+    assert turn.end_time >= max(s.end_time for s in children)
+    for usage in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"):
+        assert turn.attributes[usage] == sum(c.attributes[usage] for c in chats) > 0
     wire = tools["execute_tool obs_wire"]
     assert wire.attributes["tool_calling.approval"] == "approved"
     assert wire.attributes["tool_calling.tool_call.execution_mode"] == "celery"
@@ -483,6 +507,26 @@ def test_a_durable_run_is_one_trace_joined_by_every_step(alice, script, otel):
     )
     (waited,) = points[semconv.APPROVAL_WAIT_DURATION]
     assert waited.count == 1
+
+
+def test_a_retried_run_is_a_turn_of_its_own(alice, script, otel):
+    """The failed attempt's turn was recorded when it failed; the retry reserves another."""
+    script(lambda prompt: (_ for _ in ()).throw(RuntimeError("model down")), text("Back"))
+    run = runs.start_turn(conversation_for(alice), "hello", user=alice)
+    run.refresh_from_db()
+    first = run.trace_context
+    assert run.status == "failed"
+
+    run = lifecycle.retry_run(run)
+    run.refresh_from_db()
+
+    assert run.status == "succeeded"
+    assert run.trace_context and run.trace_context != first
+    failed, succeeded = otel.named("invoke_agent")
+    assert failed.status.status_code is StatusCode.ERROR
+    assert succeeded.status.status_code is StatusCode.UNSET
+    assert failed.context.span_id != succeeded.context.span_id
+    assert traceparent(succeeded.context).split("-")[:3] == run.trace_context.split("-")[:3]
 
 
 def test_the_approval_gauges_count_the_waiting_calls_and_their_age(alice, script, otel):
@@ -830,6 +874,49 @@ def test_an_mcp_call_nests_the_mcp_sdks_spans_inside_execute_tool(alice, otel):
         and s.kind is not SpanKind.SERVER
     ]
     assert client_side == [ours]
+
+
+@pytest.mark.integration
+def test_mcp_connection_set_up_is_a_child_of_the_call_that_caused_it(alice, otel, tmp_path):
+    """Connecting, and reconnecting after the server restarted, make no trace of their own."""
+    spec = McpToolSpec(
+        server_name="echo",
+        name="sdk_echo",
+        description="Echo the message.",
+        input_schema={
+            "type": "object",
+            "properties": {"message": {"type": "string"}},
+            "required": ["message"],
+        },
+    )
+    with running(sdk_server(tmp_path)) as process:
+        transport = StreamableHttpTransport(process.url)
+        with McpConnection(transport, name="sdk", request_timeout=10) as connection:
+            registry.register(McpToolCallback(spec, connection), source="tests")
+            sync_tools()
+            try:
+                for message in ("first", "second"):
+                    model = ScriptedChatModel([tool_call("sdk_echo", message=message), text("ok")])
+                    governed_chat_client(
+                        user=alice, conversation=conversation_for(alice), model=model
+                    ).prompt("echo").call()
+                    if message == "first":
+                        process.restart()
+            finally:
+                registry.unregister("sdk_echo")
+            assert connection.connects == 2
+
+    turns = otel.named("invoke_agent")
+    calls = otel.named("execute_tool sdk_echo")
+    set_ups = otel.named("MCP send initialize")
+    assert len(turns) == len(calls) == len(set_ups) == 2
+    for turn, call, set_up in zip(turns, calls, set_ups, strict=True):
+        assert parent_of(set_up) == call.context.span_id
+        assert set_up.context.trace_id == call.context.trace_id == turn.context.trace_id
+    # Every span the process made belongs to one of the two turns: no one-span traces.
+    assert {span.context.trace_id for span in otel.spans()} == {
+        turn.context.trace_id for turn in turns
+    }
 
 
 # --- without OpenTelemetry ----------------------------------------------------------------------

@@ -149,7 +149,6 @@ def owned():
     deletes conflict there; approve, deny and cancel work), and one whose run failed because
     the broker was down (retry works; messages start turns that answer "Done").
     """
-    cache.clear()  # the throttle's history
     registry.register(fuzz_refund, source="tests")
     sync_tools()
     model = ScriptedChatModel(

@@ -177,8 +177,15 @@ def test_a_streamed_answer_is_stored_in_memory_as_a_non_streamed_one() -> None:
         == stored[1]
         == [
             UserMessage("Weather in Oslo?"),
+            # With the turn's usage as the server reported it, summed: 3 + 8 and 2 + 6 words.
             AssistantMessage(
-                "It is sunny in Oslo today.", [], {"id": "chatcmpl-replay-2", "role": "assistant"}
+                "It is sunny in Oslo today.",
+                [],
+                {
+                    "id": "chatcmpl-replay-2",
+                    "role": "assistant",
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 8, "total_tokens": 19},
+                },
             ),
         ]
     )

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ EVERYTHING = NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dis
 CONFORMANCE = NODE_MODULES / ".bin" / "conformance"
 TIME_SERVER = ROOT / "var" / "mcp-server-time" / "bin" / "mcp-server-time"
 PAGED_SERVER = Path(__file__).resolve().parent / "paged_server.py"
+HTTP_SERVER = Path(__file__).resolve().parent / "http_server.py"
 SETUP_HINT = "run `bash scripts/setup_mcp.sh` (scripts/test.sh runs it)"
 
 
@@ -89,6 +91,67 @@ def everything_http() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         stop(process)
+
+
+@dataclass
+class Restartable:
+    """A server process that a test kills and starts again on the same port."""
+
+    argv: list[str]
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.argv,
+            env={**os.environ, **self.env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port, self.process)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop(self.process)
+
+
+@contextlib.contextmanager
+def running(server: Restartable) -> Iterator[Restartable]:
+    """``server`` started for the block, stopped after it."""
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def sdk_server(state: Path) -> Restartable:
+    """tests/mcp/http_server.py (the official SDK over streamable HTTP), its files in ``state``."""
+    port = free_port()
+    return Restartable([sys.executable, str(HTTP_SERVER), str(port), str(state)], port)
+
+
+def everything_server() -> Restartable:
+    """server-everything over streamable HTTP."""
+    port = free_port()
+    return Restartable(
+        [node(), str(require(EVERYTHING)), "streamableHttp"], port, env={"PORT": str(port)}
+    )
 
 
 def pid_from(pidfile: Path, timeout: float = 15.0) -> int:

@@ -20,7 +20,7 @@ from django.urls import reverse
 from tests.django._tools import chat_model, registered
 from tool_calling import ToolResponse, models, runs, tool
 from tool_calling.calls import approvals
-from tool_calling.calls.running import approval_refusal_text
+from tool_calling.calls.gate import approval_refusal_text
 from tool_calling.exceptions import ToolArgumentsError
 from tool_calling.mcp import clients
 from tool_calling.resolvers import GovernedTools
@@ -333,11 +333,12 @@ def test_s18_a_durable_run_waits_for_approval_of_a_read_only_hinted_tool_then_ru
         assert run.status == "awaiting_approval"
         call = models.ToolExecution.objects.get(run=run)
         assert (call.status, call.approval) == (S.AWAITING_APPROVAL, "pending")
-        # Edited arguments are checked against the approved schema before anything runs.
+        # Edited arguments are checked against the approved schema before anything runs: the
+        # tool's own JSON Schema, as its call would be.
         with pytest.raises(ToolArgumentsError) as raised:
             approvals.approve(call, user=reviewer, arguments={"text": "x"})
         assert str(raised.value) == (
-            "Invalid arguments for tool 'everything_echo': missing 'message', unknown 'text'."
+            "Invalid arguments for tool 'everything_echo':\n- message: Field required"
         )
         approvals.approve(call, user=reviewer, arguments={"message": "edited"})
         run.refresh_from_db()

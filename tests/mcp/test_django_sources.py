@@ -26,6 +26,9 @@ from django.test.utils import CaptureQueriesContext
 from tests.django._api import client_for, url
 from tests.django._tools import chat_model
 from tool_calling import ToolResponse, models
+from tool_calling.calls import approvals, lifecycle
+from tool_calling.core.chat.messages import ToolCall
+from tool_calling.exceptions import ToolArgumentsError
 from tool_calling.mcp import clients, mirror
 from tool_calling.resolvers import GovernedTools, installed_callback
 from tool_calling.testing import ScriptedChatModel, text, tool_call
@@ -260,6 +263,29 @@ def test_a_server_killed_mid_call_gives_an_error_not_a_failed_turn_then_reconnec
     assert pid_from(pidfile) != first  # the next call started a new server process
 
 
+def test_r13_sync_and_calls_reconnect_after_the_http_server_restarted(tmp_path: Path) -> None:
+    """A long-lived process (web, worker) keeps its session; the restarted server forgot it."""
+    with _servers.running(_servers.sdk_server(tmp_path)) as process:
+        server = models.McpServer.objects.create(
+            alias="sdk", transport=models.McpTransport.STREAMABLE_HTTP, url=process.url
+        )
+        synced(server)
+        enable("sdk_record")
+        (tmp_path / "pid").unlink()
+        process.restart()
+        second_pid = pid_from(tmp_path / "pid")
+
+        report = synced(server)  # before the fix: "refused tools/list: Session not found"
+        model = ScriptedChatModel([tool_call("sdk_record", key="k1", id="r1"), text("done")])
+        answer = turn(model)
+
+    assert report.error == ""
+    assert answer == "done"
+    assert responses(model) == [ToolResponse("r1", "sdk_record", "recorded k1")]
+    assert (tmp_path / "record.log").read_text() == f"{second_pid} k1\n"
+    assert clients.provider(server).connection.connects == 2
+
+
 def test_a_server_that_is_down_answers_within_its_timeout_and_the_turn_goes_on() -> None:
     server = everything_http(f"http://127.0.0.1:{free_port()}/mcp", timeout=2)
     report = mirror.sync_server(server)
@@ -395,3 +421,31 @@ def test_a_turns_snapshot_with_mcp_tools_is_one_query_and_connects_nothing() -> 
         callback = installed_callback("time_get_current_time")  # what a worker resolves
     assert len(queries) == 1 and callback is not None
     assert callback.definition == governed.available["time_get_current_time"].definition
+
+
+def test_edited_arguments_of_an_mcp_tool_are_checked_against_its_json_schema() -> None:
+    """An approver's edit is held to the tool's own schema, as the model's call is (types too)."""
+    synced(time_server())
+    enable("time_get_current_time")
+    models.Tool.objects.filter(name="time_get_current_time").update(requires_approval=True)
+    alice = User.objects.create_user("alice")
+    rita = User.objects.create_user("rita")
+    row = lifecycle.record_for_worker(
+        ToolCall("t1", "time_get_current_time", '{"timezone": "UTC"}'),
+        {},
+        tool=models.Tool.objects.get(name="time_get_current_time"),
+        user=alice,
+        needs_approval=True,
+    )
+    with pytest.raises(ToolArgumentsError) as raised:
+        approvals.approve(row, user=rita, arguments={"timezone": 5})
+    assert str(raised.value) == (
+        "Invalid arguments for tool 'time_get_current_time':\n"
+        "- timezone: Input should be a valid string"
+    )
+    row.refresh_from_db()
+    assert (row.status, row.approval, row.payload["arguments"]) == (
+        S.AWAITING_APPROVAL,
+        "pending",
+        '{"timezone": "UTC"}',
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -198,6 +199,61 @@ def test_structured_content_is_added_unless_a_text_block_already_carries_it() ->
     assert result_text(same) == json.dumps(weather)
     other = {"content": [{"type": "text", "text": "It rains."}], "structuredContent": weather}
     assert result_text(other) == 'It rains.\n{"temperature":36,"conditions":"rain"}'
+
+
+def _text(*texts: str) -> list[dict[str, str]]:
+    return [{"type": "text", "text": text} for text in texts]
+
+
+@pytest.mark.parametrize(
+    ("content", "structured", "expected"),
+    [
+        # A string, wrapped as {"result": ...} by FastMCP and the SDK's MCPServer.
+        (_text("x" * 40000), {"result": "x" * 40000}, "x" * 40000),
+        # A number, written as JSON.
+        (_text("42"), {"result": 42}, "42"),
+        # A list: one text block per item (strings as they are, objects as indented JSON).
+        (_text("Ada", "Grace"), {"result": ["Ada", "Grace"]}, "Ada\nGrace"),
+        (
+            _text('{\n  "id": 1\n}', '{\n  "id": 2\n}'),
+            {"result": [{"id": 1}, {"id": 2}]},
+            '{\n  "id": 1\n}\n{\n  "id": 2\n}',
+        ),
+        # A list written as one JSON block.
+        (_text('["Ada", "Grace"]'), {"result": ["Ada", "Grace"]}, '["Ada", "Grace"]'),
+        # An object, written as indented JSON.
+        (_text('{\n  "city": "Oslo"\n}'), {"city": "Oslo"}, '{\n  "city": "Oslo"\n}'),
+        # A one-key object whose value is the text.
+        (_text("Sunny"), {"conditions": "Sunny"}, "Sunny"),
+    ],
+    ids=["string", "number", "list", "list-of-objects", "list-as-json", "object", "one-key"],
+)
+def test_structured_content_with_a_text_copy_of_it_is_read_once(
+    content: list[dict[str, str]], structured: Any, expected: str
+) -> None:
+    """A 40 kB file once, not 80 kB (which MAX_RESULT_CHARS then cut at 64 kB)."""
+    assert result_text({"content": content, "structuredContent": structured}) == expected
+
+
+@pytest.mark.parametrize(
+    ("content", "structured", "expected"),
+    [
+        (
+            _text("Found 2 orders."),
+            {"orders": ["A1", "B2"]},
+            'Found 2 orders.\n{"orders":["A1","B2"]}',
+        ),
+        (_text("Ada"), {"result": ["Ada", "Grace"]}, 'Ada\n{"result":["Ada","Grace"]}'),
+        (_text("41"), {"result": 42}, '41\n{"result":42}'),
+        (_text("Sunny"), {"a": "Sunny", "b": 1}, 'Sunny\n{"a":"Sunny","b":1}'),
+        ([], {"result": []}, '{"result":[]}'),
+    ],
+    ids=["summary", "fewer-items", "other-number", "two-keys", "no-text"],
+)
+def test_structured_content_the_text_does_not_carry_is_added(
+    content: list[dict[str, str]], structured: Any, expected: str
+) -> None:
+    assert result_text({"content": content, "structuredContent": structured}) == expected
 
 
 # -- arguments: the texts of local tools -------------------------------------------------------

@@ -17,7 +17,8 @@ It changes only error responses (status 400 and up) that are not JSON already, t
 under the prefix where the project includes ``tool_calling.api.urls`` (the router's root,
 ``tool_calling:api-root``); DRF's own responses are left to DRF's content negotiation (its
 browsable API stays HTML for browsers). The body becomes ``{"detail": "..."}``; the status,
-the headers (``Allow``, ``WWW-Authenticate``) and the cookies stay. Nothing of an exception's
+the headers (``Allow``, ``WWW-Authenticate``) and the cookies stay, and ``Content-Length`` is
+the new body's. Nothing of an exception's
 message reaches the client: a 500 says only that the server logged what happened (Django logs
 the traceback on ``django.request`` as usual). Works under WSGI and ASGI without a thread hop.
 """
@@ -139,4 +140,7 @@ class JSONErrorMiddleware:
             return response
         response.content = json.dumps({"detail": _detail(request, response)}).encode()
         response["Content-Type"] = "application/json"
+        # CommonMiddleware (inside this one) declared the length of the page replaced here;
+        # left as it was, the server would send fewer or more bytes than it announced.
+        response["Content-Length"] = str(len(response.content))
         return response

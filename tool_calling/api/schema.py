@@ -25,6 +25,7 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
+from tool_calling.api._digits import MAX_WHOLE_NUMBER
 from tool_calling.conf import settings as app_settings
 
 __all__ = [
@@ -135,9 +136,6 @@ reconnect.
 Otherwise the answer is JSON: the events after `N`, the run's status, and `last_event_id` to \
 send as `?after=` on the next poll."""
 
-_MAX_SEQUENCE = 10**18 - 1
-"""The largest ``?after=`` (18 digits: it fits a 64-bit integer column)."""
-
 _SSE_EXAMPLE = (
     "retry: 2000\n\n"
     'id: 1\nevent: queued\ndata: {"sequence":1,"kind":"queued","data":{},'
@@ -192,14 +190,19 @@ def add_run_events(
             {
                 "in": "query",
                 "name": "after",
-                "schema": {"type": "integer", "minimum": 0, "maximum": _MAX_SEQUENCE, "default": 0},
+                "schema": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_WHOLE_NUMBER,
+                    "default": 0,
+                },
                 "description": "The sequence number of the last event the client has, in "
                 "ASCII digits; events after it are answered.",
             },
             {
                 "in": "header",
                 "name": "Last-Event-ID",
-                "schema": {"type": "integer", "minimum": 0, "maximum": _MAX_SEQUENCE},
+                "schema": {"type": "integer", "minimum": 0, "maximum": MAX_WHOLE_NUMBER},
                 "description": "As `?after=`, and preferred to it: what an SSE client sends "
                 "when it reconnects (empty: none).",
             },

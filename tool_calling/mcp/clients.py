@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tool_calling import models
 from tool_calling.core.errors import McpServerError, McpServerUnavailableError, ToolFailure
-from tool_calling.core.tools.callback import ToolCallback
+from tool_calling.core.tools.callback import DelegatingToolCallback, ToolCallback
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
 
@@ -236,30 +236,26 @@ def pinned_spec(link: models.McpServerTool) -> McpToolSpec:
     )
 
 
-class McpServerToolCallback(ToolCallback):
+class McpServerToolCallback(DelegatingToolCallback):
     """A tool of an MCP server as an operator approved it.
 
-    The delegate holds the pinned definition and the server's session. Only ``context_keys`` of
-    the tool context travel to the server (as ``_meta``): by default the server learns neither
-    the user nor the conversation. Never return-direct; approval is the ``Tool`` row's, and the
-    server's annotations never lift it.
+    The delegate holds the pinned definition and the server's session (its JSON Schema checks
+    the arguments). Only ``context_keys`` of the tool context travel to the server (as
+    ``_meta``): by default the server learns neither the user nor the conversation. Never
+    return-direct; approval is the ``Tool`` row's, and the server's annotations never lift it.
     """
 
     def __init__(
         self, delegate: McpToolCallback, *, server: str, context_keys: Sequence[str] = ()
     ) -> None:
-        self.delegate = delegate
+        super().__init__(delegate)
+        self.remote = delegate
         """The core callback (pinned spec, the server's connection)."""
         self.server = server
         """The server's alias."""
         self.context_keys = tuple(context_keys)
         """The tool context keys sent to the server."""
         self._metadata = ToolMetadata()
-
-    @property
-    def definition(self) -> ToolDefinition:
-        """The approved definition (name, description and input schema)."""
-        return self.delegate.definition
 
     @property
     def metadata(self) -> ToolMetadata:
@@ -269,15 +265,7 @@ class McpServerToolCallback(ToolCallback):
     @property
     def spec(self) -> McpToolSpec:
         """The pinned spec the calls are made with."""
-        return self.delegate.spec
-
-    def validate_arguments(self, tool_input: str | None) -> dict[str, Any]:
-        """Check ``tool_input`` against the approved schema, without calling the server.
-
-        Raises:
-            ToolArgumentsError: not a JSON object, or it fails the schema.
-        """
-        return self.delegate.validate_arguments(tool_input)
+        return self.remote.spec
 
     def _context(self, tool_context: ToolContext | None) -> ToolContext | None:
         if not tool_context or not self.context_keys:
@@ -291,11 +279,11 @@ class McpServerToolCallback(ToolCallback):
             ToolArgumentsError: the arguments fail the approved schema (nothing was sent).
             ToolFailure: the server reported an error, or is down or too slow.
         """
-        return self.delegate.call(tool_input, self._context(tool_context))
+        return self.remote.call(tool_input, self._context(tool_context))
 
     async def acall(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
         """Async twin of :meth:`call`."""
-        return await self.delegate.acall(tool_input, self._context(tool_context))
+        return await self.remote.acall(tool_input, self._context(tool_context))
 
 
 class UnusableMcpToolCallback(ToolCallback):
@@ -372,7 +360,7 @@ def server_tool_callback(link: models.McpServerTool) -> ToolCallback:
     cache_key = (link.pk, tool.schema_hash, id(session), timeout, keys)
     with _callbacks_lock:
         cached = _callbacks.get(cache_key)
-    if cached is not None and cached.delegate.connection is session.connection:
+    if cached is not None and cached.remote.connection is session.connection:
         return cached
     try:
         delegate = sdk().McpToolCallback(spec, session.connection, timeout=timeout)

@@ -6,12 +6,16 @@ the log fields (:class:`LogContextFilter`). Spans, all with ``gen_ai.conversatio
 ``tool_calling.run.id`` where there is one:
 
 ``invoke_agent`` (INTERNAL)
-    One turn: :class:`TurnObservationAdvisor` around a governed turn in-process; in a durable
-    run the first step opens it and stores its context on the run, and every later step (on any
-    worker, after any wait) and every tool call joins it (:func:`run_step`, :func:`resume_turn`).
+    One turn: :class:`TurnObservationAdvisor` around a governed turn in-process; a durable run's
+    whole turn, from its first step to its end, with the usage of all its model calls: the first
+    step reserves the span's ids and stores them on the run, every step (on any worker, after any
+    wait) and every tool call makes its spans children of it (:func:`run_step`,
+    :func:`resume_turn`), and the process that ends the run records it
+    (:func:`run_turn_ended`).
 ``chat {model}`` (CLIENT)
     One model call (:class:`ChatObservationAdvisor`, innermost, streaming included): provider,
-    request and response model, token usage, finish reasons.
+    request and response model, token usage, finish reasons; in a durable run, the step that
+    made it (``tool_calling.run.step``).
 ``execute_tool {tool}`` (INTERNAL)
     One tool call, where it runs (:class:`tool_call`, in-process or on a worker; calls a limit
     refused: :func:`limit_refused`): tool name, call id, type, execution mode, attempt, outcome,
@@ -28,7 +32,9 @@ and how long they waited, and gauges of the calls waiting for approval.
 A Celery task carries its sender's trace context in its headers (:func:`task_options`), and the
 worker continues it (:func:`task_prerun`, connected by ``ToolCallingConfig.ready()``), so the
 web request, a run's steps and every tool-call task make one trace. MCP calls nest under the
-MCP SDK's own ``MCP send tools/call`` spans, which run inside ``execute_tool``.
+MCP SDK's own ``MCP send tools/call`` spans, which run inside ``execute_tool``; a connection to
+an MCP server is opened for the request that needs it, so its ``MCP send initialize`` span is a
+child of that request's span too.
 
 Modules: ``_scope`` (what the current work belongs to, :class:`LogContextFilter`, making an
 observation current), ``_content`` (:func:`content_enabled`, redaction, messages as GenAI
@@ -51,7 +57,7 @@ from tool_calling.observability._propagation import (
     task_postrun,
     task_prerun,
 )
-from tool_calling.observability._runs import resume_turn, run_step
+from tool_calling.observability._runs import resume_turn, run_step, run_turn_ended
 from tool_calling.observability._scope import LogContextFilter
 from tool_calling.observability._tools import CELERY as CELERY
 from tool_calling.observability._tools import INLINE as INLINE
@@ -70,6 +76,7 @@ __all__ = [
     "provider_name",
     "resume_turn",
     "run_step",
+    "run_turn_ended",
     "task_headers",
     "task_options",
     "task_postrun",

@@ -106,6 +106,8 @@ class _Chat:
                 attributes[sc.GEN_AI_CONVERSATION_ID] = scope.conversation_id
             if scope.run_id:
                 attributes[sc.TOOL_CALLING_RUN_ID] = scope.run_id
+            if scope.step is not None:
+                attributes[sc.TOOL_CALLING_RUN_STEP] = scope.step.step
             if content_enabled():
                 attributes.update(_input_content(request.prompt.messages))
             name = f"{sc.OPERATION_CHAT} {model}" if model else sc.OPERATION_CHAT

@@ -8,6 +8,7 @@ cheaply, so tool_calling's observations cost a type check.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,9 +32,12 @@ __all__ = [
     "has_current_span",
     "inject",
     "meter",
+    "reserve_span",
     "set_error",
     "span_context_text",
+    "start_reserved_span",
     "start_span",
+    "stored_parent",
     "tracer",
 ]
 
@@ -73,6 +77,11 @@ if _trace is not None:
     )
     _KINDS = {"internal": _trace.SpanKind.INTERNAL, "client": _trace.SpanKind.CLIENT}
     _INVALID = _trace.INVALID_SPAN_CONTEXT
+    _SAMPLED = int(_trace.TraceFlags.SAMPLED)
+    # W3C Trace Context level 2's "random trace id" flag, where the API knows it.
+    _RANDOM = int(getattr(_trace.TraceFlags, "RANDOM_TRACE_ID", 0))
+
+_NO_PARENT = "0" * 16
 
 _tracer_cache: list[Any] = [None, None]
 _meter_cache: list[Any] = [None, None]
@@ -126,6 +135,113 @@ def start_span(
         context=parent,
         kind=_KINDS[kind],
         attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
+
+
+def reserve_span(tracer_: Any, name: str) -> str:
+    """Ids for a span that :func:`start_reserved_span` starts later, maybe in another process.
+
+    The span's children can be made meanwhile, anywhere: they take the first part as their
+    parent. Returns ``"<traceparent>;<parent span id>"`` (the parent is the current span, or 16
+    zeros for a root), or ``""`` when ``tracer_`` cannot start a span with given ids: only the
+    OpenTelemetry SDK's tracer can, through the ``id_generator`` it is made with (a public
+    attribute of ``opentelemetry.sdk.trace.Tracer``).
+    """
+    ids = getattr(tracer_, "id_generator", None)
+    if ids is None:
+        return ""
+    current = _trace.get_current_span().get_span_context()
+    if current.is_valid:
+        trace_id, flags, parent = (
+            current.trace_id,
+            int(current.trace_flags),
+            (f"{current.span_id:016x}"),
+        )
+    else:
+        trace_id, parent = ids.generate_trace_id(), _NO_PARENT
+        sampler = getattr(tracer_, "sampler", None)
+        sampled = (
+            sampler is None
+            or sampler.should_sample(
+                None, trace_id, name, _trace.SpanKind.INTERNAL
+            ).decision.is_sampled()
+        )
+        flags = _SAMPLED if sampled else 0
+        random = getattr(ids, "is_trace_id_random", None)
+        if random is not None and random():
+            flags |= _RANDOM
+    span_id = ids.generate_span_id()
+    return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x};{parent}"
+
+
+def stored_parent(stored: str) -> Any:
+    """The context a run's stored turn gives its spans' children (``None``: blank or invalid).
+
+    ``stored`` is a reservation (:func:`reserve_span`) or a bare W3C traceparent.
+    """
+    traceparent = stored.partition(";")[0]
+    return extract({"traceparent": traceparent}) if traceparent else None
+
+
+class _ReservedIds:
+    """Hands a tracer the ids :func:`reserve_span` chose (one span's worth)."""
+
+    def __init__(self, trace_id: int, span_id: int) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+
+    def generate_trace_id(self) -> int:
+        return self.trace_id
+
+    def generate_span_id(self) -> int:
+        return self.span_id
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
+def start_reserved_span(
+    tracer_: Any, name: str, reserved: str, attributes: Mapping[str, Any], start_time: int
+) -> Any:
+    """Start the span :func:`reserve_span` reserved, as if it had started at ``start_time``.
+
+    ``start_time`` is in nanoseconds since the epoch. Returns ``None`` when ``reserved`` is not
+    such a reservation or ``tracer_`` cannot give a span its ids.
+    """
+    traceparent, separator, parent = reserved.partition(";")
+    found = extract({"traceparent": traceparent}) if separator else None
+    if found is None or getattr(tracer_, "id_generator", None) is None:
+        return None
+    span_context = _trace.get_current_span(found).get_span_context()
+    if parent == _NO_PARENT:
+        context = _context.Context()  # a root: the reserved trace id is generated for it
+    else:
+        try:
+            parent_id = int(parent, 16)
+        except ValueError:
+            return None
+        context = _trace.set_span_in_context(
+            _trace.NonRecordingSpan(
+                _trace.SpanContext(
+                    span_context.trace_id,
+                    parent_id,
+                    is_remote=True,
+                    trace_flags=span_context.trace_flags,
+                )
+            )
+        )
+    # The SDK's tracer takes its ids from its id_generator: a copy of it, given the reserved
+    # ids, starts the span with them (the sampler, processors and resource are the tracer's).
+    reserving = copy.copy(tracer_)
+    reserving.id_generator = _ReservedIds(span_context.trace_id, span_context.span_id)
+    return reserving.start_span(
+        name,
+        context=context,
+        kind=_trace.SpanKind.INTERNAL,
+        attributes=attributes,
+        start_time=start_time,
         record_exception=False,
         set_status_on_exception=False,
     )

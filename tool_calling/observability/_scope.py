@@ -21,6 +21,9 @@ from tool_calling.observability import _otel
 class _Step(Protocol):
     """The durable run's step a scope belongs to (``_runs.run_step``)."""
 
+    step: int
+    """The step's number in its run."""
+
     def resume(self, stored: str, conversation_id: Any, store: Callable[[str], Any]) -> None: ...
 
 

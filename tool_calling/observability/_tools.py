@@ -122,7 +122,7 @@ class tool_call:
                 attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = _redacted(
                     call.arguments, tool_name=call.name, field="arguments"
                 )
-            parent = _otel.extract({"traceparent": trace_context}) if trace_context else None
+            parent = _otel.stored_parent(trace_context)
             self._span = _otel.start_span(
                 tracer, f"{sc.OPERATION_EXECUTE_TOOL} {call.name}", "internal", attributes, parent
             )

@@ -183,7 +183,7 @@ TOKEN_BUCKETS = (
 TOOL_CALLING_RUN_ID = "tool_calling.run.id"
 """The durable run (``Run``) the span or record belongs to."""
 TOOL_CALLING_RUN_STEP = "tool_calling.run.step"
-"""The step of the durable run that made the span."""
+"""The step of the durable run that made the span (a model call of the run)."""
 TOOL_CALLING_EXECUTION_MODE = "tool_calling.tool_call.execution_mode"
 """Where the call ran: ``inline`` (in the turn's process) or ``celery`` (on a worker)."""
 TOOL_CALLING_ATTEMPT = "tool_calling.tool_call.attempt"

@@ -259,20 +259,52 @@ def _same_json(text: str, value: Any) -> bool:
         return False
 
 
+def _carries(texts: list[str], value: Any) -> bool:
+    """Whether the text blocks ``texts`` say ``value``: one block, or one block per list item."""
+    if any(text == value or _same_json(text, value) for text in texts):
+        return True
+    return (
+        isinstance(value, list)
+        and len(texts) == len(value) > 0
+        and all(_carries([text], item) for text, item in zip(texts, value, strict=True))
+    )
+
+
+def _text_copy_of(texts: list[str], structured: Any) -> bool:
+    """Whether the text blocks are a copy of the structured content (servers send both).
+
+    The MCP specification asks a server sending structured content to send its JSON as text too.
+    The SDKs' high-level servers (FastMCP, ``MCPServer``) wrap a value that is not an object as
+    ``{"result": value}`` and write the value itself as text: a string as it is, a list as one
+    block per item, anything else as JSON (indented, which parsing ignores).
+    """
+    if _carries(texts, structured):
+        return True
+    if isinstance(structured, Mapping) and len(structured) == 1:
+        (value,) = structured.values()
+        return _carries(texts, value)
+    return False
+
+
 def result_text(result: Mapping[str, Any]) -> str:
     """Return the text the model reads for a ``tools/call`` result (its JSON form, camelCase).
 
     Text blocks as they are; images, audio and binary resources as a short description (type
-    and size, never the bytes); text resources with their text; structured content as compact
-    JSON unless a text block already carries the same JSON. Blocks are joined by newlines.
+    and size, never the bytes); text resources with their text. Structured content is added
+    as compact JSON only when the text blocks are not a copy of it (the specification asks
+    servers for both, and a model reading both would read every result twice). Blocks are
+    joined by newlines.
     """
     parts: list[str] = []
+    texts: list[str] = []
     for block in result.get("content") or []:
         if isinstance(block, Mapping):
             text = _block_text(block)
             if text is not None:
                 parts.append(text)
+                if block.get("type") == "text":
+                    texts.append(text)
     structured = result.get("structuredContent")
-    if structured is not None and not any(_same_json(p, structured) for p in parts):
+    if structured is not None and not _text_copy_of(texts, structured):
         parts.append(json.dumps(structured, ensure_ascii=False, separators=(",", ":")))
     return "\n".join(parts)

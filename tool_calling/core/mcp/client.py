@@ -128,12 +128,16 @@ class McpToolCallback(ToolCallback):
                     self._validator = compile_validator(self.name, self._spec.input_schema)
         return self._validator
 
-    def validate_arguments(self, tool_input: str | None) -> dict[str, Any]:
-        """Parse and check ``tool_input`` as a call would, without calling the server.
+    def validate_arguments(self, tool_input: str | None) -> None:
+        """Check ``tool_input`` against the tool's JSON Schema, without calling the server.
 
         Raises:
             ToolArgumentsError: not a JSON object, or it fails the tool's input schema.
         """
+        self._arguments(tool_input)
+
+    def _arguments(self, tool_input: str | None) -> dict[str, Any]:
+        """The call's arguments, parsed and checked against the tool's JSON Schema."""
         arguments = parse_arguments_object(self.name, tool_input)
         check_arguments(self.name, self._compiled(), arguments)
         return arguments
@@ -153,7 +157,7 @@ class McpToolCallback(ToolCallback):
             ToolArgumentsError: the arguments are not valid for the tool's schema.
             ToolFailure: the server reported an error, or could not answer (McpServerError).
         """
-        arguments = self.validate_arguments(tool_input)
+        arguments = self._arguments(tool_input)
         result = self._connection.call_tool(
             self._spec.server_name,
             arguments,
@@ -165,7 +169,7 @@ class McpToolCallback(ToolCallback):
 
     async def acall(self, tool_input: str, tool_context: ToolContext | None = None) -> str:
         """Async twin of :meth:`call` (the request runs on the connection's loop)."""
-        arguments = self.validate_arguments(tool_input)
+        arguments = self._arguments(tool_input)
         result = await self._connection.acall_tool(
             self._spec.server_name,
             arguments,

@@ -3,9 +3,22 @@
 The SDK is async and its sessions are built from anyio cancel scopes, which must be entered and
 left by one task. Each connection therefore runs its own event loop on a daemon thread, with one
 *owner* task that opens the transport, initializes the session, keeps it while it is healthy and
-reconnects (with capped exponential backoff) when it breaks. Requests are separate tasks on that
-loop that borrow the owner's session, each bounded by a timeout; sync callers wait on a future,
-async callers on a wrapped one. Nothing ever waits without a bound.
+opens a new one (with capped exponential backoff after failures) when a request needs it. Requests
+are separate tasks on that loop that borrow the owner's session, each bounded by a timeout; sync
+callers wait on a future, async callers on a wrapped one. Nothing ever waits without a bound.
+
+A session is opened for a request that waits for one, in a copy of that request's context: the
+MCP SDK's ``initialize`` span (OpenTelemetry) is a child of the span that caused the connection
+(the tool call, the sync) instead of a trace of its own, and a session that broke while nobody
+used it is reopened by the next request, not in the background.
+
+A session breaks when a stdio server's process ends, when a transport fails, when a health check
+(a ping) fails, and when a server over HTTP no longer knows it: a restarted server answers the
+old session id with 404 ("Session not found"), or with another 4xx. Such an answer to a request
+carrying the session makes the connection ping the session; if the ping is refused too, the
+session is gone. The request that was refused never ran, so it is sent once more on the new
+session; a request that was in flight when the server died has an unknown outcome and is never
+sent again: it fails, and the next request reconnects.
 """
 
 from __future__ import annotations
@@ -14,6 +27,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import logging
 import math
 import os
@@ -58,6 +72,7 @@ _HEALTH_CHECK_TIMEOUT = 5.0
 _LIST_PAGE_LIMIT = 1000  # pages of tools/list: a server that never stops paging is cut off here
 _LIST_TIMEOUT_FACTOR = 10  # a whole listing may take this many page timeouts
 _STABLE_SESSION = 5.0  # seconds a session must last for a reconnect to skip the backoff
+_SESSION_HEADER = "mcp-session-id"  # streamable HTTP: the header that carries the session id
 
 
 @dataclass(frozen=True)
@@ -109,6 +124,11 @@ class _Live:
         self.wake = asyncio.Event()  # set to make the owner drop the session (broken or closing)
         self.closing = False
         self.pid = os.getpid()
+        self.checks: dict[int, asyncio.Task[None]] = {}  # health checks under way, by session
+        self.waiting = 0  # requests waiting for a session
+        self.demand = asyncio.Event()  # set when a request starts waiting (or on closing)
+        # The context of a request that waits for a session: the next one is opened in it.
+        self.cause: contextvars.Context | None = None
 
 
 _open_connections: weakref.WeakSet[McpConnection] = weakref.WeakSet()
@@ -371,17 +391,25 @@ class McpConnection:
     def _begin_close(self, live: _Live) -> None:
         live.closing = True
         live.wake.set()
+        live.demand.set()
 
     async def _own(self, live: _Live) -> None:
-        """The owner task: open, keep and reopen the session until the connection closes."""
+        """The owner task: open a session when a request waits for one, keep it, until closed."""
         failures = 0
         loop = asyncio.get_running_loop()
         while not live.closing:
+            if not live.waiting:
+                live.demand.clear()
+                await live.demand.wait()
+                continue
+            # Opened in the waiting request's context: what the SDK traces while connecting
+            # belongs to the request's trace.
+            cause, live.cause = live.cause or contextvars.Context(), None
             live.wake.clear()
             self.attempts += 1
             opened = loop.time()
             try:
-                await self._hold_session(live)
+                await loop.create_task(self._hold_session(live), context=cause)
                 # A session that breaks right after it opened (a server that crashes on its
                 # first request) counts as a failure, so it is not reopened in a tight loop.
                 failures = 0 if loop.time() - opened >= _STABLE_SESSION else failures + 1
@@ -420,10 +448,26 @@ class McpConnection:
             timer.cancel()
 
     async def _open_session(self, live: _Live, slow: str) -> None:
+        generation = live.generation
+        try:
+            await self._run_session(live, slow)
+        except Exception as exc:
+            if live.generation == generation:
+                raise  # it never connected: a failed attempt
+            # A session that was in use broke; what its transport raised while it was torn
+            # down (a request it was still answering, say) changes nothing.
+            logger.debug("MCP server %r: the lost session ended with %s", self.name, _describe(exc))
+        if not live.closing:
+            # The session broke (transport closed, failed health check, forgotten by the
+            # server): the next request opens a new one.
+            logger.warning("MCP server %r: connection lost; the next request reconnects", self.name)
+            self.last_error = self.last_error or "connection lost"
+
+    async def _run_session(self, live: _Live, slow: str) -> None:
         with anyio.CancelScope() as scope:
             scope.deadline = anyio.current_time() + self.connect_timeout
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(self._open_transport())
+                read, write = await stack.enter_async_context(self._open_transport(live))
                 tasks = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(tasks.cancel_scope.cancel)
                 forward, session_read = anyio.create_memory_object_stream[Any](0)
@@ -456,12 +500,8 @@ class McpConnection:
                 live.session = None
         if scope.cancelled_caught:
             raise TimeoutError(slow)
-        if not live.closing:
-            # The session broke (transport closed, failed health check): open a new one.
-            logger.warning("MCP server %r: connection lost; reconnecting", self.name)
-            self.last_error = self.last_error or "connection lost"
 
-    def _open_transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _open_transport(self, live: _Live) -> contextlib.AbstractAsyncContextManager[Any]:
         transport = self.transport
         if isinstance(transport, StdioTransport):
             params = StdioServerParameters(
@@ -471,7 +511,9 @@ class McpConnection:
                 cwd=transport.cwd,
             )
             return stdio_client(params, errlog=self._errlog or sys.stderr)
-        return _http_transport(transport, self.connect_timeout, self.request_timeout)
+        # The session this transport is opened for is the next generation.
+        on_rejected = self._on_rejected_for(live, live.generation + 1)
+        return _http_transport(transport, self.connect_timeout, self.request_timeout, on_rejected)
 
     async def _pump(self, live: _Live, source: Any, forward: Any) -> None:
         """Forward the transport's messages to the session; its end means the session broke."""
@@ -503,20 +545,52 @@ class McpConnection:
 
         return on_message
 
+    def _on_rejected_for(self, live: _Live, generation: int) -> Callable[[Any], Awaitable[None]]:
+        """An HTTP response hook: a 4xx to a request carrying the session may mean it is gone.
+
+        It runs in the context of the request the answer is for: a request of :meth:`_send`
+        learns it was refused at the HTTP level (so it never ran); any other (the SDK's GET
+        stream) makes the connection check the session.
+        """
+
+        async def on_response(response: Any) -> None:
+            status = response.status_code
+            # 405: a server without the optional GET stream says so, every time it is asked.
+            if status < 400 or status >= 500 or status == 405:
+                return
+            if _SESSION_HEADER not in response.request.headers:
+                return
+            attempt = _attempt.get()
+            if attempt is not None:
+                attempt.refused = True
+            elif live.generation == generation and not live.closing:
+                self._check_health_soon(live)
+
+        return on_response
+
+    def _drop(self, live: _Live, generation: int, reason: str) -> None:
+        """Stop lending session ``generation`` (if still current); the owner opens a new one."""
+        if live.generation == generation and live.session is not None and not live.closing:
+            self.last_error = reason
+            live.ready.clear()
+            live.session = None
+            live.wake.set()
+
     def _check_health_soon(self, live: _Live) -> None:
         session, generation = live.session, live.generation
-        if session is None:
+        if session is None or generation in live.checks:
             return
 
         async def check() -> None:
             try:
                 await asyncio.wait_for(session.send_ping(), _HEALTH_CHECK_TIMEOUT)
             except Exception as exc:
-                if live.generation == generation and not live.closing:
-                    self.last_error = f"health check failed: {_describe(exc)}"
-                    live.wake.set()
+                self._drop(live, generation, f"health check failed: {_describe(exc)}")
+            finally:
+                live.checks.pop(generation, None)
 
-        live.loop.create_task(check())
+        # Kept until done: the loop holds only a weak reference to a task.
+        live.checks[generation] = live.loop.create_task(check())
 
     # -- requests (tasks on the loop) ------------------------------------------------------------
 
@@ -551,6 +625,10 @@ class McpConnection:
 
     async def _await_ready(self, live: _Live, operation: str, timeout: float) -> ClientSession:
         if not live.ready.is_set():
+            live.waiting += 1
+            if live.cause is None:
+                live.cause = contextvars.copy_context()
+            live.demand.set()
             try:
                 await asyncio.wait_for(live.ready.wait(), timeout)
             except TimeoutError:
@@ -562,6 +640,8 @@ class McpConnection:
                     operation=operation,
                     reason=reason,
                 ) from None
+            finally:
+                live.waiting -= 1
         session = live.session
         if session is None:  # closing right now
             raise McpServerUnavailableError(
@@ -583,7 +663,38 @@ class McpConnection:
         deadline = loop.time() + timeout
         session = await self._await_ready(live, operation, timeout)
         generation = live.generation
-        remaining = max(0.001, deadline - loop.time())
+        try:
+            return await self._send(live, session, generation, operation, timeout, deadline, send)
+        except _SessionGone:
+            pass
+        # The server refused the request because it no longer knows the session (it restarted,
+        # or expired it): the request never ran. It is sent once more, on a new session.
+        logger.warning(
+            "MCP server %r: the server no longer knows the session; reconnecting", self.name
+        )
+        self._drop(live, generation, "the server no longer knows the session")
+        session = await self._await_ready(live, operation, max(0.001, deadline - loop.time()))
+        try:
+            return await self._send(
+                live, session, live.generation, operation, timeout, deadline, send
+            )
+        except _SessionGone as gone:
+            raise gone.error from None
+
+    async def _send(
+        self,
+        live: _Live,
+        session: ClientSession,
+        generation: int,
+        operation: str,
+        timeout: float,
+        deadline: float,
+        send: Callable[[ClientSession, float], Awaitable[T]],
+    ) -> T:
+        """Send one request on ``session`` (raises ``_SessionGone`` if the server forgot it)."""
+        remaining = max(0.001, deadline - asyncio.get_running_loop().time())
+        attempt = _Attempt()
+        token = _attempt.set(attempt)
         try:
             # The SDK bounds the wait for the answer; wait_for also bounds a blocked write.
             return await asyncio.wait_for(send(session, remaining), remaining + 1.0)
@@ -594,28 +705,33 @@ class McpConnection:
                 raise self._timed_out(live, operation, timeout) from None
             if exc.code == types.CONNECTION_CLOSED:
                 logger.warning("MCP server %r: connection closed during %s", self.name, operation)
-                if live.generation == generation and not live.closing:
-                    self.last_error = "connection closed"
-                    live.wake.set()
-                raise McpServerUnavailableError(
+                self._drop(live, generation, "connection closed")
+                lost = McpServerUnavailableError(
                     f"MCP server {self.name!r} closed the connection during {operation}; "
                     "its outcome is unknown. Try again later.",
                     server=self.name,
                     operation=operation,
                     reason="connection closed",
-                ) from None
-            raise McpServerRequestError(
+                )
+                if attempt.refused:
+                    # Refused at the HTTP level before the session was torn down (a check
+                    # found it forgotten): the request never ran.
+                    raise _SessionGone(lost) from None
+                raise lost from None
+            refusal = McpServerRequestError(
                 f"MCP server {self.name!r} refused {operation}: {_short(exc.message)}",
                 server=self.name,
                 operation=operation,
                 code=exc.code,
-            ) from None
+            )
+            # Refused over HTTP with a 4xx: a server that lost the session refuses a ping too.
+            if attempt.refused and await self._session_gone(session, deadline):
+                raise _SessionGone(refusal) from None
+            raise refusal from None
         except McpServerError:
             raise
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            if live.generation == generation and not live.closing:
-                self.last_error = _describe(exc)
-                live.wake.set()
+            self._drop(live, generation, _describe(exc))
             raise McpServerUnavailableError(
                 f"MCP server {self.name!r} closed the connection during {operation}; "
                 "its outcome is unknown. Try again later.",
@@ -635,6 +751,19 @@ class McpConnection:
                 operation=operation,
                 code=None,
             ) from exc
+        finally:
+            _attempt.reset(token)
+
+    async def _session_gone(self, session: ClientSession, deadline: float) -> bool:
+        """Whether ``session`` fails a ping (within the request's time, at most 5 s)."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(
+                session.send_ping(), max(0.001, min(_HEALTH_CHECK_TIMEOUT, remaining))
+            )
+        except Exception:
+            return True
+        return False
 
     def _timed_out(self, live: _Live, operation: str, timeout: float) -> McpServerTimeoutError:
         logger.warning("MCP server %r: %s timed out after %g s", self.name, operation, timeout)
@@ -698,6 +827,32 @@ class McpConnection:
         return await self._request(live, f"tool {(label or name)!r}", timeout, send)
 
 
+class _SessionGone(Exception):
+    """The server refused a request because it no longer knows the session."""
+
+    def __init__(self, error: McpServerError) -> None:
+        super().__init__(str(error))
+        self.error = error
+        """What the caller is told if the request is refused again on a new session."""
+
+
+class _Attempt:
+    """One sending of a request (:meth:`McpConnection._send`), as its HTTP answers saw it."""
+
+    __slots__ = ("refused",)
+
+    def __init__(self) -> None:
+        self.refused = False
+        """An HTTP answer to it (or to the ping that checks its session) was a 4xx."""
+
+
+# The request being sent. The SDK sends a request's HTTP POST in a copy of the sender's context,
+# so the response hook (``_on_rejected_for``) finds the attempt it answers.
+_attempt: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
+    "tool_calling_mcp_attempt", default=None
+)
+
+
 async def _wait_closing(live: _Live) -> None:
     while not live.closing:
         live.wake.clear()
@@ -706,14 +861,21 @@ async def _wait_closing(live: _Live) -> None:
 
 @contextlib.asynccontextmanager
 async def _http_transport(
-    transport: StreamableHttpTransport, connect_timeout: float, request_timeout: float
+    transport: StreamableHttpTransport,
+    connect_timeout: float,
+    request_timeout: float,
+    on_response: Callable[[Any], Awaitable[None]],
 ) -> Any:
     # The read timeout covers an SSE stream that stays open between events; each request has
     # its own deadline.
     timeout = httpx2.Timeout(
         request_timeout, connect=connect_timeout, read=max(request_timeout, 300)
     )
-    async with httpx2.AsyncClient(headers=dict(transport.headers), timeout=timeout) as client:
+    async with httpx2.AsyncClient(
+        headers=dict(transport.headers),
+        timeout=timeout,
+        event_hooks={"response": [on_response]},
+    ) as client:
         async with streamable_http_client(transport.url, http_client=client) as streams:
             yield streams
 

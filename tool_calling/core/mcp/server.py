@@ -244,7 +244,9 @@ class McpToolServer(Generic[P]):
     def _failure(self, name: str, exc: Exception) -> types.CallToolResult:
         cause: BaseException = exc.cause if isinstance(exc, ToolExecutionException) else exc
         if isinstance(cause, (ToolFailure, ToolArgumentsError)):
-            logger.info("MCP call of %r answered with an error: %s", name, cause)
+            # Its text is for the client: it may quote the call's arguments, so the log has
+            # only its type.
+            logger.info("MCP call of %r answered with an error (%s)", name, type(cause).__name__)
             return _error_result(str(cause))
         logger.error(
             "MCP call of %r raised %s",
