@@ -12,8 +12,9 @@ middleware, a synchronous view), and keeps that thread until the response ends. 
 
 - For an SSE stream that is open for minutes, that is one idle thread per connected client.
   This handler serves requests that ask for ``text/event-stream`` without that per-request
-  thread: their synchronous middleware shares one thread (short work: a session read, an
-  authentication), and the stream itself (``tool_calling.api.events``) waits on the event loop.
+  thread: their synchronous middleware shares one thread of the handler's (short work: a
+  session read, an authentication), and the stream itself (``tool_calling.api.events``) waits
+  on the event loop.
 - A new thread has no database connection and no cache connection of its own yet: every request
   opened both (with SQLite, the file, its WAL and Django's functions; with Redis, a TCP
   connection), and threw them away with the thread; that was most of the CPU an API request
@@ -131,6 +132,9 @@ class EventStreamFriendlyASGIHandler(ASGIHandler):
         self.max_threads = max_threads or request_threads()
         """Requests running their synchronous code at once (the module docstring)."""
         self._threads = _RequestThreads()
+        self._event_stream_thread = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="django-event-streams"
+        )
         # One semaphore per event loop: asyncio's bind to the loop that first waits on them.
         self._turns: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
@@ -158,10 +162,16 @@ class EventStreamFriendlyASGIHandler(ASGIHandler):
         if scope.get("type") != "http":
             await super().__call__(scope, receive, send)  # Django refuses it, as it should
             return
+        # Every request enters a context of its own, with an executor: one that it inherited
+        # may have exited already. uvicorn starts a pipelined request's task from inside the
+        # previous request's task (and asyncio can leak context variables between tasks), so
+        # the new task would inherit that request's ThreadSensitiveContext, and once that
+        # request ended, its every thread-sensitive call would raise RuntimeError (a 500).
         if _accepts_event_stream(scope):
-            # Outside a ThreadSensitiveContext, sync_to_async(thread_sensitive=True) runs on
-            # asgiref's one shared thread instead of a new one that lives as long as the stream.
-            await self.handle(scope, receive, send)
+            # One thread shared by all streams' synchronous middleware, not a thread that lives
+            # as long as each stream.
+            async with ThreadSensitiveContext(executor=self._event_stream_thread):
+                await self.handle(scope, receive, send)
             return
         async with self._turn():
             executor = self._threads.take()

@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
+from asgiref.sync import ThreadSensitiveContext
 from django.core.cache import caches
 from django.http import HttpRequest, JsonResponse
 from django.test import override_settings
@@ -85,6 +88,64 @@ def test_past_max_threads_requests_wait_their_turn_and_all_succeed() -> None:
 
     assert asyncio.run(scenario()) == [200] * 12
     assert _running["most"] == 3
+
+
+async def status_of(app: EventStreamFriendlyASGIHandler, accept: str) -> int:
+    """Serve one GET /where/ through ``app`` as an ASGI server would; its status code."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/where/",
+        "raw_path": b"/where/",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), (b"accept", accept.encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    body_sent = False
+    never = asyncio.Event()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal body_sent
+        if not body_sent:
+            body_sent = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await never.wait()  # the client stays connected
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return int(sent[0]["status"])
+
+
+@pytest.mark.parametrize("accept", ["application/json", "text/event-stream"])
+@override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["testserver"])
+def test_a_request_started_inside_an_ended_requests_context_is_served(accept: str) -> None:
+    """uvicorn starts a pipelined request's task from inside the previous request's task, so it
+    inherits that request's thread-sensitive context, which has exited by the time it runs (the
+    chat page's stream after a reload answered 500: "ThreadSensitiveContext has exited")."""
+    app = EventStreamFriendlyASGIHandler()
+
+    async def scenario() -> int:
+        previous_ended = asyncio.Event()
+
+        async def pipelined() -> int:
+            await previous_ended.wait()
+            return await status_of(app, accept)
+
+        async with ThreadSensitiveContext(executor=ThreadPoolExecutor(max_workers=1)):
+            task = asyncio.create_task(pipelined())  # created in the previous request's context
+        previous_ended.set()
+        return await task
+
+    assert asyncio.run(scenario()) == 200
 
 
 @pytest.mark.parametrize(
