@@ -20,7 +20,7 @@ from tool_calling import models, observability
 from tool_calling.calls import lifecycle
 from tool_calling.calls.failures import log_unexpected, with_error_id
 from tool_calling.calls.gate import GateCall, Verdict, approval_refusal_text
-from tool_calling.calls.retries import retry_pause
+from tool_calling.calls.retries import log_retry, retry_pause
 from tool_calling.calls.running import CallOutcome, run_gated
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
@@ -180,14 +180,7 @@ def _retried(
         if recorded is None:
             break
         earlier = recorded
-        logger.warning(
-            "Tool call %s (%r): attempt %s failed (%s); retrying in %.2f s",
-            ref.execution_id,
-            ref.tool_name,
-            ref.attempt,
-            result.outcome.type_name,
-            pause,
-        )
+        log_retry(ref, result.outcome, pause)
         time.sleep(pause)
         claimed = lifecycle.claim(ref, S.PENDING, task_id="", worker="in-process")
         if claimed is None:

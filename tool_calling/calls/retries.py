@@ -17,6 +17,7 @@ while retries of many calls spread out). Each attempt is kept in the call's audi
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.exceptions import ToolFailure
+
+logger = logging.getLogger("tool_calling.calls")
 
 __all__ = ["RetryPolicy", "TransientToolError", "is_transient", "retry_pause"]
 
@@ -104,3 +107,19 @@ def retry_pause(attempt: int, outcome: ToolOutcome, rules: Any) -> float | None:
     if not policy.allows_retry(attempt) or not is_transient(outcome, idempotent=rules.idempotent):
         return None
     return policy.pause(attempt)
+
+
+def log_retry(ref: Any, outcome: ToolOutcome, pause: float) -> None:
+    """Say that attempt ``ref.attempt`` of a call failed and when the next one runs.
+
+    ``ref`` is the call's ``ExecutionRef``; the failure's type name only, never its text (a
+    tool's error may carry argument values).
+    """
+    logger.warning(
+        "Tool call %s (%r): attempt %s failed (%s); retrying in %.2f s",
+        ref.execution_id,
+        ref.tool_name,
+        ref.attempt,
+        outcome.type_name,
+        pause,
+    )

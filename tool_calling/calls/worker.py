@@ -26,7 +26,7 @@ from tool_calling.calls.approvals import approved_as_recorded
 from tool_calling.calls.dispatch import Dispatch, dispatch
 from tool_calling.calls.failures import log_unexpected
 from tool_calling.calls.gate import GateCall
-from tool_calling.calls.retries import retry_pause
+from tool_calling.calls.retries import log_retry, retry_pause
 from tool_calling.calls.running import CallOutcome, run_gated
 from tool_calling.conf import hard_time_limit
 from tool_calling.conf import settings as app_settings
@@ -286,14 +286,7 @@ def _retried(ref: lifecycle.CallRef, row: models.ToolExecution, result: CallOutc
         is None
     ):
         return False
-    logger.warning(
-        "Tool call %s (%r): attempt %s failed (%s); retrying in %.2f s",
-        ref.execution_id,
-        ref.tool_name,
-        ref.attempt,
-        result.outcome.type_name,
-        pause,
-    )
+    log_retry(ref, result.outcome, pause)
     # A publish that fails clears dispatched_at: the sweeper sends it (at once, R3).
     dispatch(Dispatch.of(row, countdown=pause))
     return True
