@@ -7,10 +7,31 @@ writes its tools; McpToolServer serves them like any other.
 
 from __future__ import annotations
 
+import base64
+import time
 from typing import Any
 
-from tool_calling import ToolCallback, ToolContext, ToolDefinition, tool, tool_callbacks
+from tool_calling import (
+    AudioBlock,
+    ImageBlock,
+    ResourceBlock,
+    ToolCallback,
+    ToolContext,
+    ToolDefinition,
+    ToolResult,
+    tool,
+    tool_callbacks,
+)
 from tool_calling.exceptions import ToolFailure
+
+# A 1x1 red PNG and a 44-byte silent WAV header, as the scenarios suggest.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+)
+WAV = (
+    b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00@\x1f\x00\x00"
+    b"\x80>\x00\x00\x02\x00\x10\x00data\x00\x00\x00\x00"
+)
 
 
 @tool
@@ -23,6 +44,54 @@ def test_simple_text() -> str:
 def test_error_handling() -> str:
     """Always fail (conformance scenario tools-call-error)."""
     raise ToolFailure("This tool intentionally returns an error for testing")
+
+
+@tool
+def test_image_content() -> ToolResult:
+    """Return an image (conformance scenario tools-call-image)."""
+    return ToolResult(ImageBlock.from_bytes(PNG, "image/png"))
+
+
+@tool
+def test_audio_content() -> ToolResult:
+    """Return a sound (conformance scenario tools-call-audio)."""
+    return ToolResult(AudioBlock.from_bytes(WAV, "audio/wav"))
+
+
+@tool
+def test_embedded_resource() -> ToolResult:
+    """Return an embedded text resource (conformance scenario tools-call-embedded-resource)."""
+    return ToolResult(
+        ResourceBlock(
+            "test://embedded-resource",
+            mime_type="text/plain",
+            text="This is an embedded resource content.",
+        )
+    )
+
+
+@tool
+def test_multiple_content_types() -> ToolResult:
+    """Return text, an image and a resource (conformance scenario tools-call-mixed-content)."""
+    return ToolResult(
+        "Multiple content types test:",
+        ImageBlock.from_bytes(PNG, "image/png"),
+        ResourceBlock(
+            "test://mixed-content-resource",
+            mime_type="application/json",
+            text='{"test":"data","value":123}',
+        ),
+    )
+
+
+@tool
+def test_tool_with_progress(ctx: ToolContext) -> str:
+    """Report progress 0, 50 and 100 of 100 (conformance scenario tools-call-with-progress)."""
+    for step in (0, 50, 100):
+        ctx.report_progress(step, 100)
+        if step < 100:
+            time.sleep(0.05)
+    return "Progress test completed"
 
 
 class JsonSchema202012Tool(ToolCallback):
@@ -58,4 +127,15 @@ class JsonSchema202012Tool(ToolCallback):
 
 
 def callbacks() -> list[Any]:
-    return [*tool_callbacks(test_simple_text, test_error_handling), JsonSchema202012Tool()]
+    return [
+        *tool_callbacks(
+            test_simple_text,
+            test_error_handling,
+            test_image_content,
+            test_audio_content,
+            test_embedded_resource,
+            test_multiple_content_types,
+            test_tool_with_progress,
+        ),
+        JsonSchema202012Tool(),
+    ]

@@ -421,3 +421,22 @@ def test_setting_mcp_allowed_origins_decides_which_origins_pass(people: dict[str
         assert post(url, {**token, "Origin": "https://ide.example.com"}).status_code == 200
         local = post(url, {**token, "Origin": f"http://localhost:{server.port}"})
         assert (local.status_code, local.text) == (403, "Invalid Origin header")
+
+
+def test_setting_mcp_list_ttl_ms_is_each_users_tools_list_freshness_in_a_stable_order(
+    people: dict[str, str],
+) -> None:
+    async def listed(opened: Client) -> Any:
+        return await opened.session.list_tools()
+
+    with UvicornThread(_app_with(LIST_TTL_MS=45_000)) as server:
+        url = f"http://127.0.0.1:{server.port}/mcp/"
+        first = run(client(url, people["alice"], listed))
+        again = run(client(url, people["alice"], listed))
+    assert (first.ttl_ms, first.cache_scope) == (45_000, "private")
+    names = [t.name for t in first.tools]
+    assert names == sorted(names) == [t.name for t in again.tools]
+    with UvicornThread(with_mcp(get_asgi_application())) as server:
+        url = f"http://127.0.0.1:{server.port}/mcp/"
+        default = run(client(url, people["alice"], listed))
+    assert (default.ttl_ms, default.cache_scope) == (0, "private")

@@ -60,7 +60,8 @@ from tool_calling.core.errors import ToolFailure
 from tool_calling.core.execution.limits import ToolCallLimitExceededException
 from tool_calling.core.mcp import McpHttpApp, McpToolServer
 from tool_calling.core.mcp.server import ASGIApp
-from tool_calling.core.tools.definition import ToolDefinition
+from tool_calling.core.tools.callback import ToolCallback
+from tool_calling.core.tools.context import PROGRESS_KEY
 from tool_calling.governance import governed_turn
 from tool_calling.resolvers import GovernedTools
 
@@ -203,14 +204,16 @@ def _client_history(user: Any, client: str) -> list[Message]:
     return [ToolResponseMessage(responses)] if responses else []
 
 
-def _list_tools(principal: McpPrincipal) -> list[ToolDefinition]:
-    return [callback.definition for callback in GovernedTools(principal.user).callbacks()]
+def _list_tools(principal: McpPrincipal) -> list[ToolCallback]:
+    # By name: the same list in the same order whichever process answers.
+    return sorted(GovernedTools(principal.user).callbacks(), key=lambda callback: callback.name)
 
 
 def _call_tool(
     principal: McpPrincipal, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]
 ) -> str:
-    # ``meta`` is client-controlled: it never decides anything here, and tools do not get it.
+    # ``meta`` is client-controlled: it never decides anything here, and tools do not get it
+    # (but for the progress reporter McpToolServer puts there when the client asked for one).
     user = principal.user
     session = principal.session
     if session:
@@ -226,6 +229,9 @@ def _call_tool(
     # person's approval (the code's flag or the row's) is refused in this path's own words.
     turn = governed_turn(user=user, approval_text=approval_text)
     context = {**turn.tool_context, SESSION_CONTEXT_KEY: session}
+    reporter = meta.get(PROGRESS_KEY)
+    if reporter is not None:  # the client asked for progress (set by McpToolServer, not sent)
+        context[PROGRESS_KEY] = reporter
     prompt = Prompt(
         history, ToolCallingChatOptions(tool_callbacks=turn.callbacks, tool_context=context)
     )
@@ -252,8 +258,13 @@ def _call_tool(
 
 
 def tool_server() -> McpToolServer[McpPrincipal]:
-    """The MCP server of the governed tools (see the module docstring)."""
+    """The MCP server of the governed tools (see the module docstring).
+
+    Its ``tools/list`` answers are per user (``cacheScope: "private"``), sorted by name, and
+    fresh for ``MCP["LIST_TTL_MS"]`` milliseconds (read now).
+    """
     return McpToolServer(
+        list_ttl_ms=app_settings.MCP["LIST_TTL_MS"],
         list_tools=_with_fresh_connections(_list_tools),
         call_tool=_with_fresh_connections(_call_tool),
         name="tool_calling",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 try:
     import anyio
+    import anyio.from_thread
+    import anyio.lowlevel
     import httpx2
     import jsonschema
     import mcp_types as types

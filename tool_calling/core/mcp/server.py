@@ -40,6 +40,7 @@ from tool_calling.core.mcp._sdk import (
     StreamableHTTPSessionManager,
     TransportSecuritySettings,
     anyio,
+    jsonschema,
     stdio_server,
     types,
 )
@@ -48,8 +49,15 @@ from tool_calling.core.tools.callback import (
     ToolExecutionException,
     check_unique_names,
 )
-from tool_calling.core.tools.context import ToolContext
-from tool_calling.core.tools.definition import ToolDefinition
+from tool_calling.core.tools.context import PROGRESS_KEY, ToolContext
+from tool_calling.core.tools.definition import JsonSchema, ToolDefinition
+from tool_calling.core.tools.result import (
+    AudioBlock,
+    ContentBlock,
+    ImageBlock,
+    TextBlock,
+    ToolResult,
+)
 
 __all__ = [
     "DEFAULT_ALLOWED_HOSTS",
@@ -66,10 +74,15 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-ListTools = Callable[[P], "Iterable[ToolDefinition] | Awaitable[Iterable[ToolDefinition]]"]
-"""``list_tools(principal)``: the definitions this principal may see and call."""
+Listed = ToolDefinition | ToolCallback
+ListTools = Callable[[P], "Iterable[Listed] | Awaitable[Iterable[Listed]]"]
+"""``list_tools(principal)``: the tools this principal may see and call, as definitions or as
+callbacks (a callback also gives its output schema)."""
 CallTool = Callable[[P, str, dict[str, Any], Mapping[str, Any]], "str | Awaitable[str]"]
-"""``call_tool(principal, name, arguments, meta)``: run one call and return the text.
+"""``call_tool(principal, name, arguments, meta)``: run one call and return the text (a
+:class:`~tool_calling.core.tools.result.ToolResult` also gives its content blocks and
+structured value). ``meta[PROGRESS_KEY]``, when the client asked for progress, is the
+:data:`~tool_calling.core.tools.context.ProgressReporter` to put into the call's ToolContext.
 
 Raise :class:`ToolFailure` or ``ToolArgumentsError`` for an ``isError`` result with that text,
 ``ToolResolutionError`` for an unknown tool; any other exception gives a generic error text
@@ -100,6 +113,87 @@ def _error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
+def _block(block: ContentBlock) -> Any:
+    if isinstance(block, TextBlock):
+        return types.TextContent(type="text", text=block.text)
+    if isinstance(block, ImageBlock):
+        return types.ImageContent(type="image", data=block.data, mime_type=block.mime_type)
+    if isinstance(block, AudioBlock):
+        return types.AudioContent(type="audio", data=block.data, mime_type=block.mime_type)
+    if block.text is not None:
+        contents: Any = types.TextResourceContents(
+            uri=block.uri, mime_type=block.mime_type, text=block.text
+        )
+    else:
+        contents = types.BlobResourceContents(
+            uri=block.uri, mime_type=block.mime_type, blob=block.blob or ""
+        )
+    return types.EmbeddedResource(type="resource", resource=contents)
+
+
+def _structured(text: str, schema: JsonSchema | None) -> dict[str, Any] | None:
+    """``text`` as the structured value its tool's output schema describes, else ``None``.
+
+    A result cut to the size limit, or one a converter changed, is no longer that JSON object:
+    it then goes as text only.
+    """
+    if schema is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError:
+        logger.warning("A structured tool result does not match its output schema; sent as text")
+        return None
+    return value
+
+
+def _call_result(text: str, schema: JsonSchema | None) -> types.CallToolResult:
+    """The MCP result of a call that answered ``text`` (a ToolResult gives blocks too)."""
+    if isinstance(text, ToolResult):
+        structured = text.structured
+        if text.content:
+            content = [_block(block) for block in text.content]
+        else:
+            content = [types.TextContent(type="text", text=str(text))]
+        return types.CallToolResult(
+            content=content,
+            structured_content=structured if isinstance(structured, dict) else None,
+        )
+    # The text is also the copy of a structured value for clients that read only content.
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=str(text))],
+        structured_content=_structured(text, schema),
+    )
+
+
+def _listed(entry: Listed) -> tuple[ToolDefinition, JsonSchema | None]:
+    if isinstance(entry, ToolCallback):
+        return entry.definition, entry.output_schema
+    return entry, None
+
+
+def _progress_reporter(ctx: ServerRequestContext[Any, Any]) -> Callable[..., None] | None:
+    """Send the client's progress notifications from the thread a tool runs on, if it asked."""
+    if (ctx.meta or {}).get("progress_token") is None:
+        return None
+    loop = anyio.lowlevel.current_token()
+    session = ctx.session
+
+    def report(progress: float, total: float | None = None, message: str | None = None) -> None:
+        try:
+            anyio.from_thread.run(session.report_progress, progress, total, message, token=loop)
+        except Exception:  # the client left, or the call outlived its request
+            logger.debug("A progress notification could not be sent", exc_info=True)
+
+    return report
+
+
 class McpToolServer(Generic[P]):
     """Serve tools over MCP; what each principal lists and calls is decided by two callables.
 
@@ -117,6 +211,9 @@ class McpToolServer(Generic[P]):
         version: the server version announced to clients.
         instructions: text for the client's model about how to use the server.
         page_size: tools per ``tools/list`` page (``None``: one page).
+        list_ttl_ms: how long, in milliseconds, a client may reuse a ``tools/list`` answer
+            (``ttlMs``; the answer's ``cacheScope`` is always ``"private"``: each principal
+            has its own list). A call is checked when it runs whatever the client cached.
     """
 
     def __init__(
@@ -128,7 +225,12 @@ class McpToolServer(Generic[P]):
         version: str | None = None,
         instructions: str | None = None,
         page_size: int | None = None,
+        list_ttl_ms: int = 0,
     ) -> None:
+        if isinstance(list_ttl_ms, bool) or not isinstance(list_ttl_ms, int) or list_ttl_ms < 0:
+            raise ValueError(
+                f"McpToolServer: list_ttl_ms must be a non-negative integer, got {list_ttl_ms!r}."
+            )
         if page_size is not None and (isinstance(page_size, bool) or page_size < 1):
             raise ValueError(
                 f"McpToolServer: page_size must be a positive integer, got {page_size!r}."
@@ -139,6 +241,8 @@ class McpToolServer(Generic[P]):
         self._call_tool = call_tool
         self.page_size = page_size
         """Tools per ``tools/list`` page, or ``None`` for one page."""
+        self.list_ttl_ms = list_ttl_ms
+        """How long a client may reuse a ``tools/list`` answer (``ttlMs``, milliseconds)."""
         self.server: Server[Any] = Server(
             name,
             version=version,
@@ -167,10 +271,9 @@ class McpToolServer(Generic[P]):
         callbacks = list(callbacks)
         check_unique_names(callbacks)
         by_name = {callback.name: callback for callback in callbacks}
-        definitions = [callback.definition for callback in callbacks]
 
-        def list_tools(principal: Any) -> list[ToolDefinition]:
-            return definitions
+        def list_tools(principal: Any) -> list[ToolCallback]:
+            return callbacks
 
         async def call_tool(
             principal: Any, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]
@@ -179,6 +282,9 @@ class McpToolServer(Generic[P]):
             if callback is None:
                 raise ToolResolutionError(f"Unknown tool: {name}")
             context = tool_context(principal, meta) if tool_context else ToolContext()
+            reporter = meta.get(PROGRESS_KEY)
+            if reporter is not None:
+                context = ToolContext(context, **{PROGRESS_KEY: reporter})
             return await callback.acall(json.dumps(arguments), context)
 
         return cls(list_tools=list_tools, call_tool=call_tool, **options)
@@ -196,19 +302,32 @@ class McpToolServer(Generic[P]):
             # Only reachable through a transport this module did not set up.
             raise MCPError(types.INVALID_REQUEST, "Unauthenticated request") from None
 
-    async def _definitions(self, principal: P) -> list[ToolDefinition]:
-        return list(await _maybe_await(self._list_tools, principal))
+    async def _definitions(self, principal: P) -> list[tuple[ToolDefinition, JsonSchema | None]]:
+        return [_listed(entry) for entry in await _maybe_await(self._list_tools, principal)]
+
+    def _list_result(self, tools: list[Any], next_cursor: str | None = None) -> Any:
+        return types.ListToolsResult(
+            tools=tools,
+            next_cursor=next_cursor,
+            ttl_ms=self.list_ttl_ms,
+            cache_scope="private",
+        )
 
     async def _on_list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = self._principal(ctx)
         tools = [
-            types.Tool(name=d.name, description=d.description, input_schema=d.input_schema)
-            for d in await self._definitions(principal)
+            types.Tool(
+                name=d.name,
+                description=d.description,
+                input_schema=d.input_schema,
+                output_schema=output_schema,
+            )
+            for d, output_schema in await self._definitions(principal)
         ]
         if self.page_size is None:
-            return types.ListToolsResult(tools=tools)
+            return self._list_result(tools)  # type: ignore[no-any-return]
         cursor = params.cursor if params is not None else None
         start = 0
         if cursor is not None:
@@ -216,8 +335,8 @@ class McpToolServer(Generic[P]):
                 raise MCPError(types.INVALID_PARAMS, f"Invalid cursor: {cursor[:40]!r}")
             start = int(cursor)
         end = start + self.page_size
-        return types.ListToolsResult(
-            tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
+        return self._list_result(  # type: ignore[no-any-return]
+            tools[start:end], str(end) if end < len(tools) else None
         )
 
     async def _on_call_tool(
@@ -225,21 +344,26 @@ class McpToolServer(Generic[P]):
     ) -> types.CallToolResult:
         principal = self._principal(ctx)
         name = params.name
-        if name not in {d.name for d in await self._definitions(principal)}:
+        schemas = {d.name: schema for d, schema in await self._definitions(principal)}
+        if name not in schemas:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         arguments = dict(params.arguments or {})
-        meta = {
+        meta: dict[str, Any] = {
             key: value
             for key, value in dict(params.meta or {}).items()
-            if key not in ("progress_token", "progressToken") and not _reserved_meta_key(key)
+            if key not in ("progress_token", "progressToken", PROGRESS_KEY)
+            and not _reserved_meta_key(key)
         }
+        reporter = _progress_reporter(ctx)
+        if reporter is not None:
+            meta[PROGRESS_KEY] = reporter
         try:
             text = await _maybe_await(self._call_tool, principal, name, arguments, meta)
         except ToolResolutionError:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}") from None
         except Exception as exc:
             return self._failure(name, exc)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=str(text))])
+        return _call_result(text if isinstance(text, str) else str(text), schemas[name])
 
     def _failure(self, name: str, exc: Exception) -> types.CallToolResult:
         cause: BaseException = exc.cause if isinstance(exc, ToolExecutionException) else exc

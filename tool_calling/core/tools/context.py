@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["ToolContext"]
+__all__ = ["PROGRESS_KEY", "ProgressReporter", "ToolContext"]
+
+ProgressReporter = Callable[[float, "float | None", "str | None"], None]
+"""``reporter(progress, total, message)``: tells whoever asked how far a call has come."""
+
+PROGRESS_KEY = "tool_calling.progress"
+"""The context key of the call's :data:`ProgressReporter`, set by a caller that wants progress
+(an MCP client that sent a progress token); read through :meth:`ToolContext.report_progress`."""
 
 
 class ToolContext(Mapping[str, Any]):
@@ -27,6 +34,19 @@ class ToolContext(Mapping[str, Any]):
     def context(self) -> Mapping[str, Any]:
         """The data as a read-only mapping (Spring AI's ``getContext()``)."""
         return self._data
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Tell the caller how far this call has come, if the caller asked; else do nothing.
+
+        An MCP client that sent a progress token gets a ``notifications/progress`` for each
+        report; other callers (a model's turn, a Celery worker) ask for none, so a tool can
+        report unconditionally. ``progress`` should grow from one report to the next.
+        """
+        reporter = self._data.get(PROGRESS_KEY)
+        if reporter is not None:
+            reporter(progress, total, message)
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
