@@ -71,6 +71,7 @@ from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
 from tool_calling.core.tools.result import (
     AudioBlock,
     ImageBlock,
+    InputRequired,
     ResourceBlock,
     TextBlock,
     ToolResult,
@@ -108,6 +109,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AudioBlock",
     "ImageBlock",
+    "InputRequired",
     "ResourceBlock",
     "TextBlock",
     "ToolResult",

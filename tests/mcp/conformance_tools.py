@@ -14,6 +14,7 @@ from typing import Any
 from tool_calling import (
     AudioBlock,
     ImageBlock,
+    InputRequired,
     ResourceBlock,
     ToolCallback,
     ToolContext,
@@ -94,6 +95,104 @@ def test_tool_with_progress(ctx: ToolContext) -> str:
     return "Progress test completed"
 
 
+NAME_FORM = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+ASK_NAME = InputRequired.elicitation("What is your name?", NAME_FORM)
+
+
+@tool
+def test_input_required_result_elicitation(ctx: ToolContext) -> str:
+    """Greet the user by the name a form asks for (input-required-result-basic-elicitation)."""
+    answer = ctx.input_responses.get("user_name")
+    if answer is None:  # a first call, or answers under other keys: ask (again)
+        return InputRequired({"user_name": ASK_NAME})
+    return f"Hello, {answer['content']['name']}!"
+
+
+@tool
+def test_input_required_result_sampling(ctx: ToolContext) -> str:
+    """Answer with the client model's completion (input-required-result-basic-sampling)."""
+    answer = ctx.input_responses.get("capital_question")
+    if answer is None:
+        question = InputRequired.sampling("What is the capital of France?", 100)
+        return InputRequired({"capital_question": question})
+    return str(answer["content"]["text"])
+
+
+@tool
+def test_input_required_result_list_roots(ctx: ToolContext) -> str:
+    """List the client's roots (input-required-result-basic-list-roots)."""
+    answer = ctx.input_responses.get("client_roots")
+    if answer is None:
+        return InputRequired({"client_roots": InputRequired.roots()})
+    return "Roots: " + ", ".join(root["uri"] for root in answer["roots"])
+
+
+CONFIRM = InputRequired.elicitation(
+    "Please confirm",
+    {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+)
+
+
+@tool
+def test_input_required_result_request_state(ctx: ToolContext) -> str:
+    """Finish only with the state it handed out (input-required-result-request-state)."""
+    if ctx.request_state == "awaiting-confirmation" and "confirm" in ctx.input_responses:
+        return "state-ok: confirmed"
+    return InputRequired({"confirm": CONFIRM}, request_state="awaiting-confirmation")
+
+
+@tool
+def test_input_required_result_multiple_inputs(ctx: ToolContext) -> str:
+    """Ask for a form, a completion and the roots at once (multiple-input-requests)."""
+    wanted = {
+        "user_name": ASK_NAME,
+        "greeting": InputRequired.sampling("Generate a greeting", 50),
+        "client_roots": InputRequired.roots(),
+    }
+    if ctx.request_state == "all-three" and wanted.keys() <= ctx.input_responses.keys():
+        return "Received all inputs"
+    return InputRequired(wanted, request_state="all-three")
+
+
+@tool
+def test_input_required_result_multi_round(ctx: ToolContext) -> str:
+    """Ask twice, one answer at a time (input-required-result-multi-round)."""
+    state = ctx.request_state or ""
+    answers = ctx.input_responses
+    if state.startswith("round-2:") and "step2" in answers:
+        name = state.removeprefix("round-2:")
+        return f"{name} likes {answers['step2']['content']['color']}"
+    if state == "round-1" and "step1" in answers:
+        color = InputRequired.elicitation(
+            "Step 2: What is your favorite color?",
+            {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]},
+        )
+        name = answers["step1"]["content"]["name"]
+        return InputRequired({"step2": color}, request_state=f"round-2:{name}")
+    step1 = InputRequired.elicitation("Step 1: What is your name?", NAME_FORM)
+    return InputRequired({"step1": step1}, request_state="round-1")
+
+
+@tool
+def test_input_required_result_tampered_state(ctx: ToolContext) -> str:
+    """Hand out state; a changed copy never reaches this tool (tampered-state)."""
+    if ctx.request_state == "untouched" and "confirm" in ctx.input_responses:
+        return "state-ok"
+    return InputRequired({"confirm": CONFIRM}, request_state="untouched")
+
+
+@tool
+def test_input_required_result_capabilities() -> str:
+    """Ask for a form and a completion; the server drops what the client cannot give
+    (input-required-result-capability-check)."""
+    return InputRequired(
+        {
+            "user_name": ASK_NAME,
+            "greeting": InputRequired.sampling("Generate a greeting", 50),
+        }
+    )
+
+
 class JsonSchema202012Tool(ToolCallback):
     """A tool whose input schema uses JSON Schema 2020-12 keywords (scenario json-schema-2020-12).
 
@@ -136,6 +235,14 @@ def callbacks() -> list[Any]:
             test_embedded_resource,
             test_multiple_content_types,
             test_tool_with_progress,
+            test_input_required_result_elicitation,
+            test_input_required_result_sampling,
+            test_input_required_result_list_roots,
+            test_input_required_result_request_state,
+            test_input_required_result_multiple_inputs,
+            test_input_required_result_multi_round,
+            test_input_required_result_tampered_state,
+            test_input_required_result_capabilities,
         ),
         JsonSchema202012Tool(),
     ]

@@ -59,9 +59,8 @@ from tool_calling.core.chat.response import ChatResponse, Generation
 from tool_calling.core.errors import ToolFailure
 from tool_calling.core.execution.limits import ToolCallLimitExceededException
 from tool_calling.core.mcp import McpHttpApp, McpToolServer
-from tool_calling.core.mcp.server import ASGIApp
+from tool_calling.core.mcp.server import SERVER_CONTEXT_KEYS, ASGIApp
 from tool_calling.core.tools.callback import ToolCallback
-from tool_calling.core.tools.context import PROGRESS_KEY
 from tool_calling.governance import governed_turn
 from tool_calling.resolvers import GovernedTools
 
@@ -213,7 +212,7 @@ def _call_tool(
     principal: McpPrincipal, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]
 ) -> str:
     # ``meta`` is client-controlled: it never decides anything here, and tools do not get it
-    # (but for the progress reporter McpToolServer puts there when the client asked for one).
+    # (but for SERVER_CONTEXT_KEYS, which McpToolServer sets and clients cannot).
     user = principal.user
     session = principal.session
     if session:
@@ -229,9 +228,8 @@ def _call_tool(
     # person's approval (the code's flag or the row's) is refused in this path's own words.
     turn = governed_turn(user=user, approval_text=approval_text)
     context = {**turn.tool_context, SESSION_CONTEXT_KEY: session}
-    reporter = meta.get(PROGRESS_KEY)
-    if reporter is not None:  # the client asked for progress (set by McpToolServer, not sent)
-        context[PROGRESS_KEY] = reporter
+    # Set by McpToolServer, never by the client: progress, input responses, the checked state.
+    context.update({key: meta[key] for key in SERVER_CONTEXT_KEYS if key in meta})
     prompt = Prompt(
         history, ToolCallingChatOptions(tool_callbacks=turn.callbacks, tool_context=context)
     )

@@ -19,6 +19,7 @@ try:
     from mcp.server.auth.provider import AccessToken
     from mcp.server.context import ServerRequestContext
     from mcp.server.lowlevel.server import NotificationOptions, Server
+    from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
     from mcp.server.stdio import stdio_server
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
@@ -38,6 +39,8 @@ __all__ = [
     "MCPError",
     "NotificationOptions",
     "Server",
+    "RequestStateBoundary",
+    "RequestStateSecurity",
     "ServerRequestContext",
     "StdioServerParameters",
     "StreamableHTTPSessionManager",

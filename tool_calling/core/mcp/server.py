@@ -35,6 +35,8 @@ from tool_calling.core.mcp._sdk import (
     AccessToken,
     AuthenticatedUser,
     MCPError,
+    RequestStateBoundary,
+    RequestStateSecurity,
     Server,
     ServerRequestContext,
     StreamableHTTPSessionManager,
@@ -49,12 +51,19 @@ from tool_calling.core.tools.callback import (
     ToolExecutionException,
     check_unique_names,
 )
-from tool_calling.core.tools.context import PROGRESS_KEY, ToolContext
+from tool_calling.core.tools.context import (
+    CLIENT_CAPABILITIES_KEY,
+    INPUT_RESPONSES_KEY,
+    PROGRESS_KEY,
+    REQUEST_STATE_KEY,
+    ToolContext,
+)
 from tool_calling.core.tools.definition import JsonSchema, ToolDefinition
 from tool_calling.core.tools.result import (
     AudioBlock,
     ContentBlock,
     ImageBlock,
+    InputRequired,
     TextBlock,
     ToolResult,
 )
@@ -81,8 +90,10 @@ callbacks (a callback also gives its output schema)."""
 CallTool = Callable[[P, str, dict[str, Any], Mapping[str, Any]], "str | Awaitable[str]"]
 """``call_tool(principal, name, arguments, meta)``: run one call and return the text (a
 :class:`~tool_calling.core.tools.result.ToolResult` also gives its content blocks and
-structured value). ``meta[PROGRESS_KEY]``, when the client asked for progress, is the
-:data:`~tool_calling.core.tools.context.ProgressReporter` to put into the call's ToolContext.
+structured value; an :class:`~tool_calling.core.tools.result.InputRequired` asks the client
+for input). The keys of :data:`SERVER_CONTEXT_KEYS` in ``meta`` are set by the server, never by
+the client (the progress reporter, the client's input responses, the checked request state,
+the client's capabilities): put them into the call's ToolContext.
 
 Raise :class:`ToolFailure` or ``ToolArgumentsError`` for an ``isError`` result with that text,
 ``ToolResolutionError`` for an unknown tool; any other exception gives a generic error text
@@ -90,6 +101,14 @@ Raise :class:`ToolFailure` or ``ToolArgumentsError`` for an ``isError`` result w
 Authenticate = Callable[[Mapping[str, str]], "P | None | Awaitable[P | None]"]
 """``authenticate(headers)``: the principal of an HTTP request (header names lower-case), or
 ``None`` for 401."""
+
+SERVER_CONTEXT_KEYS = (
+    PROGRESS_KEY,
+    INPUT_RESPONSES_KEY,
+    REQUEST_STATE_KEY,
+    CLIENT_CAPABILITIES_KEY,
+)
+"""The keys of ``meta`` the server sets for a call's ToolContext (a client's are dropped)."""
 
 DEFAULT_ALLOWED_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 """The ``Host`` values accepted by default (any port): loopback only."""
@@ -172,6 +191,50 @@ def _call_result(text: str, schema: JsonSchema | None) -> types.CallToolResult:
     )
 
 
+def _json(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return value
+
+
+def _input_required(
+    answer: InputRequired, capabilities: Mapping[str, Any]
+) -> types.InputRequiredResult | types.CallToolResult:
+    """``answer`` for the client, asking only for what the client said it can give."""
+    kept = {
+        key: request
+        for key, request in answer.input_requests.items()
+        if InputRequired.capability(request) in capabilities
+    }
+    if not kept:
+        wanted = sorted({InputRequired.capability(r) for r in answer.input_requests.values()})
+        return _error_result(
+            "The tool needs input this client cannot give (it does not declare "
+            f"{' or '.join(wanted)})."
+        )
+    wire: dict[str, Any] = {"inputRequests": kept}
+    if answer.request_state is not None:
+        wire["requestState"] = answer.request_state
+    return types.InputRequiredResult.model_validate(wire)
+
+
+def _client_capabilities(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    declared = (ctx.meta or {}).get(types.CLIENT_CAPABILITIES_META_KEY)
+    if declared is None:
+        declared = ctx.session.client_capabilities
+    declared = _json(declared) if declared is not None else {}
+    return declared if isinstance(declared, dict) else {}
+
+
+def _state_principal(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """Whom a sealed request state belongs to: the principal key of the HTTP request."""
+    scope = getattr(ctx.request, "scope", None)
+    user = scope.get("user") if isinstance(scope, Mapping) else None
+    if isinstance(user, _PrincipalUser):
+        return user.access_token.client_id
+    return None  # stdio: one principal per process
+
+
 def _listed(entry: Listed) -> tuple[ToolDefinition, JsonSchema | None]:
     if isinstance(entry, ToolCallback):
         return entry.definition, entry.output_schema
@@ -214,6 +277,11 @@ class McpToolServer(Generic[P]):
         list_ttl_ms: how long, in milliseconds, a client may reuse a ``tools/list`` answer
             (``ttlMs``; the answer's ``cacheScope`` is always ``"private"``: each principal
             has its own list). A call is checked when it runs whatever the client cached.
+        request_state_keys: secrets (32 bytes or more each; the first seals, all unseal) that
+            seal the ``request_state`` of an ``InputRequired`` answer, bound to the principal
+            and checked when it comes back (tampered or foreign: an error, and the tool does not
+            run). ``None``: a key of this process only (one process; state does not survive a
+            restart).
     """
 
     def __init__(
@@ -226,6 +294,7 @@ class McpToolServer(Generic[P]):
         instructions: str | None = None,
         page_size: int | None = None,
         list_ttl_ms: int = 0,
+        request_state_keys: Sequence[str | bytes] | None = None,
     ) -> None:
         if isinstance(list_ttl_ms, bool) or not isinstance(list_ttl_ms, int) or list_ttl_ms < 0:
             raise ValueError(
@@ -251,6 +320,13 @@ class McpToolServer(Generic[P]):
             on_call_tool=self._on_call_tool,
         )
         """The SDK's low-level server (for transports this class does not wrap)."""
+        security = (
+            RequestStateSecurity.ephemeral()
+            if request_state_keys is None
+            else RequestStateSecurity(keys=list(request_state_keys))
+        )
+        security.bind_principal = _state_principal
+        self.server.middleware.append(RequestStateBoundary(security, default_audience=name))
 
     @classmethod
     def from_callbacks(
@@ -282,9 +358,9 @@ class McpToolServer(Generic[P]):
             if callback is None:
                 raise ToolResolutionError(f"Unknown tool: {name}")
             context = tool_context(principal, meta) if tool_context else ToolContext()
-            reporter = meta.get(PROGRESS_KEY)
-            if reporter is not None:
-                context = ToolContext(context, **{PROGRESS_KEY: reporter})
+            given = {key: meta[key] for key in SERVER_CONTEXT_KEYS if key in meta}
+            if given:
+                context = ToolContext(context, **given)
             return await callback.acall(json.dumps(arguments), context)
 
         return cls(list_tools=list_tools, call_tool=call_tool, **options)
@@ -351,18 +427,28 @@ class McpToolServer(Generic[P]):
         meta: dict[str, Any] = {
             key: value
             for key, value in dict(params.meta or {}).items()
-            if key not in ("progress_token", "progressToken", PROGRESS_KEY)
+            if key not in ("progress_token", "progressToken", *SERVER_CONTEXT_KEYS)
             and not _reserved_meta_key(key)
         }
         reporter = _progress_reporter(ctx)
         if reporter is not None:
             meta[PROGRESS_KEY] = reporter
+        capabilities = _client_capabilities(ctx)
+        meta[CLIENT_CAPABILITIES_KEY] = capabilities
+        if params.input_responses:
+            meta[INPUT_RESPONSES_KEY] = {
+                key: _json(value) for key, value in params.input_responses.items()
+            }
+        if params.request_state is not None:  # unsealed and checked by RequestStateBoundary
+            meta[REQUEST_STATE_KEY] = params.request_state
         try:
             text = await _maybe_await(self._call_tool, principal, name, arguments, meta)
         except ToolResolutionError:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}") from None
         except Exception as exc:
             return self._failure(name, exc)
+        if isinstance(text, InputRequired):
+            return _input_required(text, capabilities)  # type: ignore[return-value]
         return _call_result(text if isinstance(text, str) else str(text), schemas[name])
 
     def _failure(self, name: str, exc: Exception) -> types.CallToolResult:

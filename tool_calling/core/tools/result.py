@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "AudioBlock",
     "ContentBlock",
     "ImageBlock",
+    "InputRequired",
     "ResourceBlock",
     "TextBlock",
     "ToolResult",
@@ -179,3 +181,109 @@ class ToolResult(str):
 
 def _rebuild(text: str, content: tuple[ContentBlock, ...], structured: Any) -> ToolResult:
     return ToolResult(*content, structured=structured, text=text)
+
+
+_NEEDS = {
+    "elicitation/create": "elicitation",
+    "sampling/createMessage": "sampling",
+    "roots/list": "roots",
+}
+
+
+class InputRequired(ToolResult):
+    """A tool's answer that it cannot finish before the client's user gives some input.
+
+    Over MCP (revision 2026-07-28) the client gets an ``input_required`` result with these
+    requests, gathers the answers (a form the user fills in, a completion of its model, its
+    roots) and calls the tool again with them, readable through
+    :attr:`ToolContext.input_responses`. ``request_state`` comes back with them
+    (:attr:`ToolContext.request_state`), sealed by the server on the way out and checked on
+    the way in, so the client can neither read nor change it. A model's turn cannot ask
+    anyone: the model reads the text, which says what was needed.
+
+    Args:
+        input_requests: Key -> request, as MCP writes them: build them with
+            :meth:`elicitation`, :meth:`sampling` and :meth:`roots`.
+        request_state: Text the tool wants back with the answers (its progress so far).
+
+    Raises:
+        ValueError: no request, or a request whose method is not one of the three.
+    """
+
+    input_requests: dict[str, dict[str, Any]]
+    """The requests, by the key their answers come back under."""
+    request_state: str | None
+    """What the tool wants back with the answers."""
+
+    def __new__(
+        cls,
+        input_requests: Mapping[str, Mapping[str, Any]],
+        *,
+        request_state: str | None = None,
+    ) -> InputRequired:
+        """Build the answer (see the class docstring)."""
+        requests = {key: dict(request) for key, request in input_requests.items()}
+        if not requests:
+            raise ValueError("InputRequired needs at least one input request.")
+        for key, request in requests.items():
+            if request.get("method") not in _NEEDS:
+                raise ValueError(
+                    f"InputRequired request {key!r}: method must be one of "
+                    f"{sorted(_NEEDS)}, got {request.get('method')!r}."
+                )
+        wanted = "; ".join(_describe(request) for request in requests.values())
+        text = f"The tool needs input before it can finish: {wanted}"
+        self = cast("InputRequired", super().__new__(cls, text=text))
+        self.input_requests = requests
+        self.request_state = request_state
+        return self
+
+    @staticmethod
+    def elicitation(message: str, requested_schema: Mapping[str, Any]) -> dict[str, Any]:
+        """A request for the user to fill in a form (``requested_schema``: flat JSON Schema)."""
+        return {
+            "method": "elicitation/create",
+            "params": {"message": message, "requestedSchema": dict(requested_schema)},
+        }
+
+    @staticmethod
+    def sampling(prompt: str, max_tokens: int) -> dict[str, Any]:
+        """A request for a completion of ``prompt`` by the client's model."""
+        return {
+            "method": "sampling/createMessage",
+            "params": {
+                "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+                "maxTokens": max_tokens,
+            },
+        }
+
+    @staticmethod
+    def roots() -> dict[str, Any]:
+        """A request for the client's roots (the folders it lets servers see)."""
+        return {"method": "roots/list", "params": {}}
+
+    @staticmethod
+    def capability(request: Mapping[str, Any]) -> str:
+        """The client capability ``request`` needs (``elicitation``, ``sampling``, ``roots``)."""
+        return _NEEDS[request["method"]]
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_input_required, (self.input_requests, self.request_state))
+
+    def __repr__(self) -> str:
+        return f"InputRequired({self.input_requests!r}, request_state={self.request_state!r})"
+
+
+def _describe(request: Mapping[str, Any]) -> str:
+    params = request.get("params") or {}
+    if request["method"] == "elicitation/create":
+        return str(params.get("message") or "a form for the user")
+    if request["method"] == "sampling/createMessage":
+        return "a completion by the client's model"
+    return "the client's roots"
+
+
+def _rebuild_input_required(
+    input_requests: dict[str, dict[str, Any]], request_state: str | None
+) -> InputRequired:
+    return InputRequired(input_requests, request_state=request_state)
