@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from rest_framework.authtoken.models import Token
 
 from tests.django._tools import every_log_record_at_debug, registered, tool_calling_settings
-from tool_calling import ToolContext, models, tool
+from tool_calling import InputRequired, ToolContext, models, tool
 from tool_calling.asgi import get_asgi_application, with_mcp
 from tool_calling.exceptions import ToolFailure
 from tool_calling.mcp.serving import (
@@ -86,10 +86,21 @@ def whoami(context: ToolContext) -> str:
     return f"user {context['user_id']} in {context['mcp_session'][:5]}..."
 
 
+@tool
+def confirm_refund(ctx: ToolContext, amount: int) -> str:
+    """Refund an amount once the user confirms it."""
+    answer = ctx.input_responses.get("sure")
+    if answer is None or ctx.request_state != f"refund:{amount}":
+        form = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+        ask = InputRequired.elicitation(f"Refund {amount}?", form)
+        return InputRequired({"sure": ask}, request_state=f"refund:{amount}")
+    return f"refunded {amount}" if answer["content"]["ok"] else "kept"
+
+
 @pytest.fixture(autouse=True)
 def _tools() -> Iterator[None]:
     """This module's tools in the project registry, with their ``Tool`` rows."""
-    with registered(add, drop_tables, cancel_order, wire_money, whoami):
+    with registered(add, drop_tables, cancel_order, wire_money, whoami, confirm_refund):
         yield
 
 
@@ -137,11 +148,13 @@ def test_s17_a_low_privilege_principals_tools_list_excludes_admin_tools(
     site: str, people: dict[str, str]
 ) -> None:
     demo = sorted(models.Tool.objects.filter(source="demo").values_list("name", flat=True))
-    ours = ["add", "cancel_order", "drop_tables", "wire_money", "whoami"]
+    ours = ["add", "cancel_order", "confirm_refund", "drop_tables", "wire_money", "whoami"]
     assert sorted(tool_names(site, people["alice"])) == sorted([*demo, *ours])
     bob = tool_names(site, people["bob"])
     assert "drop_tables" not in bob
-    assert sorted(bob) == sorted([*demo, "add", "cancel_order", "wire_money", "whoami"])
+    assert sorted(bob) == sorted(
+        [*demo, "add", "cancel_order", "confirm_refund", "wire_money", "whoami"]
+    )
     # A tool an operator disables leaves every list at once.
     models.Tool.objects.filter(name="add").update(enabled=False)
     assert "add" not in tool_names(site, people["alice"])
@@ -440,3 +453,47 @@ def test_setting_mcp_list_ttl_ms_is_each_users_tools_list_freshness_in_a_stable_
         url = f"http://127.0.0.1:{server.port}/mcp/"
         default = run(client(url, people["alice"], listed))
     assert (default.ttl_ms, default.cache_scope) == (0, "private")
+
+
+def test_an_input_required_round_trip_spans_processes_governed_and_audited(
+    people: dict[str, str],
+) -> None:
+    """State sealed by one process of the site is read by another (keys from SECRET_KEY)."""
+
+    async def first(opened: Client) -> Any:
+        return await opened.session.call_tool(
+            "confirm_refund", {"amount": 30}, allow_input_required=True
+        )
+
+    def second(state: str) -> Any:
+        async def use(opened: Client) -> Any:
+            return await opened.session.call_tool(
+                "confirm_refund",
+                {"amount": 30},
+                input_responses={"sure": {"action": "accept", "content": {"ok": True}}},  # type: ignore[dict-item]
+                request_state=state,
+                allow_input_required=True,
+            )
+
+        return use
+
+    async def never(context: Any, params: Any) -> Any:
+        raise AssertionError("the test drives the rounds itself")
+
+    forms = {"elicitation_callback": never}  # declares the elicitation capability
+    with UvicornThread(with_mcp(get_asgi_application())) as one:
+        asked = run(client(f"http://127.0.0.1:{one.port}/mcp/", people["bob"], first, **forms))
+    assert asked.result_type == "input_required"
+    assert asked.input_requests["sure"].params.message == "Refund 30?"
+    with UvicornThread(with_mcp(get_asgi_application())) as other:
+        url = f"http://127.0.0.1:{other.port}/mcp/"
+        done = run(client(url, people["bob"], second(asked.request_state), **forms))
+        with pytest.raises(Exception) as refused:  # not hers: alice's token, bob's state
+            run(client(url, people["alice"], second(asked.request_state), **forms))
+    assert done.content[0].text == "refunded 30"
+    assert "Invalid or expired requestState" in repr(refused.value)
+    rows = models.ToolExecution.objects.filter(tool_name="confirm_refund").order_by("pk")
+    assert [(row.user.username, row.status) for row in rows] == [
+        ("bob", S.SUCCEEDED),
+        ("bob", S.SUCCEEDED),
+    ]

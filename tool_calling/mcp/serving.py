@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.apps import apps
+from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 from django.utils import timezone
@@ -255,14 +256,32 @@ def _call_tool(
     return reply.response_data
 
 
+def request_state_keys() -> list[str]:
+    """The keys sealing an ``InputRequired``'s request state, derived from the secret key.
+
+    ``SECRET_KEY`` seals, it and each of ``SECRET_KEY_FALLBACKS`` unseal: every process of the
+    site shares them, and a rotated secret keeps the state it sealed readable.
+    """
+    secrets = [django_settings.SECRET_KEY, *getattr(django_settings, "SECRET_KEY_FALLBACKS", [])]
+    return [
+        salted_hmac(_STATE_SALT, "", secret=secret, algorithm="sha256").hexdigest()
+        for secret in secrets
+    ]
+
+
+_STATE_SALT = "tool_calling.mcp.request_state"
+
+
 def tool_server() -> McpToolServer[McpPrincipal]:
     """The MCP server of the governed tools (see the module docstring).
 
     Its ``tools/list`` answers are per user (``cacheScope: "private"``), sorted by name, and
-    fresh for ``MCP["LIST_TTL_MS"]`` milliseconds (read now).
+    fresh for ``MCP["LIST_TTL_MS"]`` milliseconds (read now). The request state of an
+    ``InputRequired`` is sealed with :func:`request_state_keys`.
     """
     return McpToolServer(
         list_ttl_ms=app_settings.MCP["LIST_TTL_MS"],
+        request_state_keys=request_state_keys(),
         list_tools=_with_fresh_connections(_list_tools),
         call_tool=_with_fresh_connections(_call_tool),
         name="tool_calling",
