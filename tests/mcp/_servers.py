@@ -234,6 +234,12 @@ CONFORMANCE_MUST_PASS = {
         "server-sse-multiple-streams",
     ),
     "2026-07-28": (
+        "server-stateless",
+        "tools-call-mixed-content",
+        "tools-call-with-progress",
+        "input-required-result-multi-round",
+        "input-required-result-tampered-state",
+        "input-required-result-capability-check",
         "tools-list",
         "tools-call-simple-text",
         "tools-call-error",

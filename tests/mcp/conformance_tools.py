@@ -8,6 +8,7 @@ writes its tools; McpToolServer serves them like any other.
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from typing import Any
 
@@ -193,6 +194,31 @@ def test_input_required_result_capabilities() -> str:
     )
 
 
+@tool
+def test_missing_capability() -> str:
+    """Ask the client's model, which only a client declaring sampling can answer
+    (server-stateless: refused with -32021 otherwise)."""
+    return InputRequired({"completion": InputRequired.sampling("Say hello", 20)})
+
+
+@tool
+def test_streaming_elicitation(ctx: ToolContext) -> str:
+    """Ask for a form as an input_required result, never as a request on the response stream
+    (server-stateless)."""
+    answer = ctx.input_responses.get("user_name")
+    if answer is None:
+        return InputRequired({"user_name": ASK_NAME})
+    return f"Hello, {answer['content']['name']}!"
+
+
+@tool
+def test_logging_tool() -> str:
+    """Log on the server; MCP log notifications are never sent (server-stateless: no logs
+    without a requested log level)."""
+    logging.getLogger(__name__).info("test_logging_tool ran")
+    return "Logged on the server"
+
+
 class JsonSchema202012Tool(ToolCallback):
     """A tool whose input schema uses JSON Schema 2020-12 keywords (scenario json-schema-2020-12).
 
@@ -243,6 +269,9 @@ def callbacks() -> list[Any]:
             test_input_required_result_multi_round,
             test_input_required_result_tampered_state,
             test_input_required_result_capabilities,
+            test_missing_capability,
+            test_streaming_elicitation,
+            test_logging_tool,
         ),
         JsonSchema202012Tool(),
     ]

@@ -130,11 +130,13 @@ def test_requests_the_client_cannot_answer_are_left_out(url: str) -> None:
         return await opened.session.call_tool("ask_model", {}, allow_input_required=True)
 
     # No sampling callback: the client does not declare sampling, so nothing can be asked.
-    result = run(_with_client(url, use, elicitation_callback=_name_form))
-    assert result.is_error
-    assert result.content[0].text == (
-        "The tool needs input this client cannot give (it does not declare sampling)."
+    with pytest.raises(MCPError) as refused:
+        run(_with_client(url, use, elicitation_callback=_name_form))
+    assert refused.value.error.code == -32021
+    assert refused.value.error.message == (
+        "The tool needs input this client cannot give: declare sampling"
     )
+    assert refused.value.error.data == {"requiredCapabilities": {"sampling": {}}}
 
 
 def test_a_models_turn_reads_what_the_tool_needed() -> None:

@@ -199,8 +199,12 @@ def _json(value: Any) -> Any:
 
 def _input_required(
     answer: InputRequired, capabilities: Mapping[str, Any]
-) -> types.InputRequiredResult | types.CallToolResult:
-    """``answer`` for the client, asking only for what the client said it can give."""
+) -> types.InputRequiredResult:
+    """``answer`` for the client, asking only for what the client said it can give.
+
+    Raises:
+        MCPError: the client can give none of it (-32021, naming the capabilities needed).
+    """
     kept = {
         key: request
         for key, request in answer.input_requests.items()
@@ -208,9 +212,10 @@ def _input_required(
     }
     if not kept:
         wanted = sorted({InputRequired.capability(r) for r in answer.input_requests.values()})
-        return _error_result(
-            "The tool needs input this client cannot give (it does not declare "
-            f"{' or '.join(wanted)})."
+        raise MCPError(
+            types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            f"The tool needs input this client cannot give: declare {' or '.join(wanted)}",
+            {"requiredCapabilities": {capability: {} for capability in wanted}},
         )
     wire: dict[str, Any] = {"inputRequests": kept}
     if answer.request_state is not None:
