@@ -1098,6 +1098,17 @@ class McpServer(models.Model):
         editable=False,
         help_text=_("Why the last sync could not list the server's tools; blank when it could."),
     )
+    protocol_version = models.CharField(
+        _("protocol revision"),
+        max_length=20,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The MCP revision spoken with the server at the last sync: 2026-07-28 (no handshake, "
+            "no session) when the server answers server/discover, else the older one it "
+            "negotiated with the initialize handshake. Blank before the first sync."
+        ),
+    )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
 

@@ -1,7 +1,10 @@
 """The one place that imports the ``mcp`` SDK (and what it brings: anyio, httpx2, jsonschema).
 
 Every other module of ``tool_calling.core.mcp`` takes SDK names from here, so a missing or
-incompatible SDK fails in one place with the install command.
+incompatible SDK fails in one place with the install command. One name is an SDK internal:
+``negotiate_auto`` (``mcp.client._probe``), the policy the SDK's own ``Client`` connects with
+(``server/discover``, else the initialize handshake); if a release moves it, only this import
+changes.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ try:
     import jsonschema
     import mcp_types as types
     from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.client._probe import negotiate_auto  # the SDK Client's own connect policy
     from mcp.client.streamable_http import streamable_http_client
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
     from mcp.server.auth.provider import AccessToken
@@ -48,6 +52,7 @@ __all__ = [
     "anyio",
     "httpx2",
     "jsonschema",
+    "negotiate_auto",
     "stdio_client",
     "stdio_server",
     "streamable_http_client",
