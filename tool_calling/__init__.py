@@ -67,7 +67,12 @@ from tool_calling.core.tools.callback import (
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.converter import ToolCallResultConverter
 from tool_calling.core.tools.decorator import tool
-from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
+from tool_calling.core.tools.definition import (
+    ToolAnnotations,
+    ToolDefinition,
+    ToolIcon,
+    ToolMetadata,
+)
 from tool_calling.core.tools.result import (
     AudioBlock,
     ImageBlock,
@@ -113,6 +118,8 @@ __all__ = [
     "ResourceBlock",
     "TextBlock",
     "ToolResult",
+    "ToolAnnotations",
+    "ToolIcon",
     "HIGHEST_PRECEDENCE",
     "LOWEST_PRECEDENCE",
     "Advisor",

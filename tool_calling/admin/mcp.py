@@ -135,7 +135,10 @@ class McpServerAdmin(admin.ModelAdmin):
         (None, {"fields": ("alias", "transport", "enabled", "name_prefix", "timeout")}),
         (_("stdio"), {"fields": ("command", "args", "env")}),
         (_("Streamable HTTP"), {"fields": ("url", "headers")}),
-        (_("Governance"), {"fields": ("allowed_groups", "context_keys")}),
+        (
+            _("Governance"),
+            {"fields": ("allowed_groups", "context_keys", "trust_annotations")},
+        ),
         (
             _("Sync"),
             {

@@ -58,7 +58,7 @@ from tool_calling.core.tools.context import (
     REQUEST_STATE_KEY,
     ToolContext,
 )
-from tool_calling.core.tools.definition import JsonSchema, ToolDefinition
+from tool_calling.core.tools.definition import JsonSchema, ToolDefinition, ToolMetadata
 from tool_calling.core.tools.result import (
     AudioBlock,
     ContentBlock,
@@ -240,10 +240,32 @@ def _state_principal(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return None  # stdio: one principal per process
 
 
-def _listed(entry: Listed) -> tuple[ToolDefinition, JsonSchema | None]:
+def _listed(entry: Listed) -> tuple[ToolDefinition, JsonSchema | None, ToolMetadata | None]:
     if isinstance(entry, ToolCallback):
-        return entry.definition, entry.output_schema
-    return entry, None
+        return entry.definition, entry.output_schema, entry.metadata
+    return entry, None, None
+
+
+def _tool(
+    definition: ToolDefinition, output_schema: JsonSchema | None, metadata: ToolMetadata | None
+) -> Any:
+    """The ``tools/list`` entry of one tool: its definition, output schema and metadata."""
+    wire: dict[str, Any] = {
+        "name": definition.name,
+        "description": definition.description,
+        "inputSchema": definition.input_schema,
+    }
+    if output_schema is not None:
+        wire["outputSchema"] = output_schema
+    if metadata is not None:
+        if metadata.title:
+            wire["title"] = metadata.title
+        hints = metadata.annotations.as_mcp()
+        if hints:
+            wire["annotations"] = hints
+        if metadata.icons:
+            wire["icons"] = [icon.as_mcp() for icon in metadata.icons]
+    return types.Tool.model_validate(wire)
 
 
 def _progress_reporter(ctx: ServerRequestContext[Any, Any]) -> Callable[..., None] | None:
@@ -383,7 +405,9 @@ class McpToolServer(Generic[P]):
             # Only reachable through a transport this module did not set up.
             raise MCPError(types.INVALID_REQUEST, "Unauthenticated request") from None
 
-    async def _definitions(self, principal: P) -> list[tuple[ToolDefinition, JsonSchema | None]]:
+    async def _definitions(
+        self, principal: P
+    ) -> list[tuple[ToolDefinition, JsonSchema | None, ToolMetadata | None]]:
         return [_listed(entry) for entry in await _maybe_await(self._list_tools, principal)]
 
     def _list_result(self, tools: list[Any], next_cursor: str | None = None) -> Any:
@@ -398,15 +422,7 @@ class McpToolServer(Generic[P]):
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = self._principal(ctx)
-        tools = [
-            types.Tool(
-                name=d.name,
-                description=d.description,
-                input_schema=d.input_schema,
-                output_schema=output_schema,
-            )
-            for d, output_schema in await self._definitions(principal)
-        ]
+        tools = [_tool(*entry) for entry in await self._definitions(principal)]
         if self.page_size is None:
             return self._list_result(tools)  # type: ignore[no-any-return]
         cursor = params.cursor if params is not None else None
@@ -425,7 +441,7 @@ class McpToolServer(Generic[P]):
     ) -> types.CallToolResult:
         principal = self._principal(ctx)
         name = params.name
-        schemas = {d.name: schema for d, schema in await self._definitions(principal)}
+        schemas = {d.name: schema for d, schema, _ in await self._definitions(principal)}
         if name not in schemas:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         arguments = dict(params.arguments or {})

@@ -19,7 +19,12 @@ from tool_calling.core.errors import ToolArgumentsError, ToolCallingError, ToolD
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.converter import DEFAULT_CONVERT
 from tool_calling.core.tools.decorator import ResultConverter, build_spec, get_spec
-from tool_calling.core.tools.definition import JsonSchema, ToolDefinition, ToolMetadata
+from tool_calling.core.tools.definition import (
+    JsonSchema,
+    ToolAnnotations,
+    ToolDefinition,
+    ToolMetadata,
+)
 from tool_calling.core.tools.schema import output_schema, parse_arguments_object
 
 __all__ = [
@@ -250,6 +255,9 @@ class FunctionToolCallback(ToolCallback):
                 input_type=input_type,
                 skip_first=inspect.ismethod(function) or (base.takes_self if base else None),
                 requires_approval=base.requires_approval if base else False,
+                title=base.title if base else None,
+                annotations=base.annotations if base else None,
+                icons=base.icons if base else (),
             )
         if spec.takes_self and not inspect.ismethod(function):
             raise ToolDefinitionError(
@@ -258,8 +266,18 @@ class FunctionToolCallback(ToolCallback):
             )
         self._function = function
         self._spec = spec
-        metadata = ToolMetadata(
-            return_direct=spec.return_direct, requires_approval=spec.requires_approval
+        metadata = (
+            ToolMetadata(
+                return_direct=spec.return_direct,
+                requires_approval=spec.requires_approval,
+                title=spec.title,
+                annotations=spec.annotations or ToolAnnotations(),
+                icons=spec.icons,
+            )
+            if spec.title or spec.annotations or spec.icons
+            else ToolMetadata(
+                return_direct=spec.return_direct, requires_approval=spec.requires_approval
+            )
         )
         if not self._derived:
             self.definition = spec.definition
