@@ -9,6 +9,8 @@ and call is the admin's governance; every call is a ``ToolExecution`` row.
 from __future__ import annotations
 
 import datetime
+import http.client
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -497,3 +499,49 @@ def test_an_input_required_round_trip_spans_processes_governed_and_audited(
         ("bob", S.SUCCEEDED),
         ("bob", S.SUCCEEDED),
     ]
+
+
+def _modern(method: str, params: dict[str, Any], **headers: str) -> tuple[dict[str, str], Any]:
+    """Headers and body of a 2026-07-28 request (no session: it carries its own _meta)."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}}
+    sent = {**MCP_HEADERS, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, **headers}
+    return sent, body
+
+
+def test_server_discover_and_header_checks_of_the_sessionless_revision_over_the_wire(
+    site: str, people: dict[str, str]
+) -> None:
+    token = {"Authorization": f"Bearer {people['bob']}"}
+    headers, body = _modern("server/discover", {})
+    found = httpx.post(site, json=body, headers={**headers, **token}, timeout=20)
+    assert found.status_code == 200
+    result = found.json()["result"]
+    assert "2026-07-28" in result["supportedVersions"]  # 2025-11-25 is the handshake's
+    assert "tools" in result["capabilities"]
+    assert "mcp-session-id" not in found.headers  # sessionless
+
+    call = {"name": "add", "arguments": {"a": 2, "b": 3}}
+    # Whitespace around a field value is not part of it (RFC 9110 5.5); httpx will not send it,
+    # http.client does.
+    headers, body = _modern("tools/call", call, **{"Mcp-Name": "  add "})
+    where = httpx.URL(site)
+    connection = http.client.HTTPConnection(where.host, where.port, timeout=20)
+    try:
+        connection.request("POST", where.path, json.dumps(body), {**headers, **token})
+        ran = connection.getresponse()
+        ran_text = ran.read().decode()
+    finally:
+        connection.close()
+    assert ran.status == 200, ran_text
+    assert "5" in ran_text
+    for wrong in ({"Mcp-Name": "drop_tables"}, {"Mcp-Method": "tools/list"}):
+        headers, body = _modern("tools/call", call, **{"Mcp-Name": "add", **wrong})
+        refused = httpx.post(site, json=body, headers={**headers, **token}, timeout=20)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == -32020
+    assert models.ToolExecution.objects.filter(tool_name="add").count() == 1
+    assert DROPPED == []

@@ -712,6 +712,9 @@ class McpHttpApp:
             )
             return
         scope = dict(scope)
+        # RFC 9110 5.5: leading and trailing whitespace is not part of a field value (an
+        # "Mcp-Name:  add " names the tool add, which the SDK compares with the body).
+        scope["headers"] = [(key, value.strip(b" \t")) for key, value in scope.get("headers", [])]
         scope[_PRINCIPAL] = principal
         scope["user"] = _PrincipalUser(principal, self._principal_key(principal))
         await self._manager.handle_request(scope, receive, send)
