@@ -8,6 +8,7 @@ writes its tools; McpToolServer serves them like any other.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from typing import Any
@@ -219,6 +220,102 @@ def test_logging_tool() -> str:
     return "Logged on the server"
 
 
+# The older revision's way: the server asks the client during the call. A tool returns
+# InputRequired either way; over a 2025-11-25 session the server asks on the call's stream and
+# calls the tool again with the answers.
+
+
+@tool
+def test_sampling(prompt: str, ctx: ToolContext) -> str:
+    """Answer with the client model's completion of ``prompt`` (tools-call-sampling)."""
+    answer = ctx.input_responses.get("completion")
+    if answer is None:
+        return InputRequired({"completion": InputRequired.sampling(prompt, 100)})
+    return f"LLM response: {answer['content']['text']}"
+
+
+def _elicited(answer: dict[str, Any]) -> str:
+    return f"action={answer['action']}, content={json.dumps(answer.get('content'))}"
+
+
+@tool
+def test_elicitation(message: str, ctx: ToolContext) -> str:
+    """Ask the user for a user name and e-mail address (tools-call-elicitation)."""
+    answer = ctx.input_responses.get("contact")
+    if answer is None:
+        form = {
+            "type": "object",
+            "properties": {
+                "username": {"type": "string", "description": "User's response"},
+                "email": {"type": "string", "description": "User's email address"},
+            },
+            "required": ["username", "email"],
+        }
+        return InputRequired({"contact": InputRequired.elicitation(message, form)})
+    return f"User response: {_elicited(answer)}"
+
+
+@tool
+def test_elicitation_sep1034_defaults(ctx: ToolContext) -> str:
+    """Ask with a default for every primitive type (elicitation-sep1034-defaults)."""
+    answer = ctx.input_responses.get("profile")
+    if answer is None:
+        form = {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "default": "John Doe"},
+                "age": {"type": "integer", "default": 30},
+                "score": {"type": "number", "default": 95.5},
+                "status": {
+                    "type": "string",
+                    "enum": ["active", "inactive", "pending"],
+                    "default": "active",
+                },
+                "verified": {"type": "boolean", "default": True},
+            },
+        }
+        return InputRequired({"profile": InputRequired.elicitation("Your profile", form)})
+    return f"Elicitation completed: {_elicited(answer)}"
+
+
+@tool
+def test_elicitation_sep1330_enums(ctx: ToolContext) -> str:
+    """Ask with each of the five kinds of choice (elicitation-sep1330-enums)."""
+    answer = ctx.input_responses.get("choices")
+    if answer is None:
+        three = ["option1", "option2", "option3"]
+        titled = [
+            {"const": "value1", "title": "First Option"},
+            {"const": "value2", "title": "Second Option"},
+            {"const": "value3", "title": "Third Option"},
+        ]
+        form = {
+            "type": "object",
+            "properties": {
+                "untitledSingle": {"type": "string", "enum": three},
+                "titledSingle": {"type": "string", "oneOf": titled},
+                "legacyEnum": {
+                    "type": "string",
+                    "enum": ["opt1", "opt2", "opt3"],
+                    "enumNames": ["Option One", "Option Two", "Option Three"],
+                },
+                "untitledMulti": {"type": "array", "items": {"type": "string", "enum": three}},
+                "titledMulti": {
+                    "type": "array",
+                    "items": {
+                        "anyOf": [
+                            {"const": "value1", "title": "First Choice"},
+                            {"const": "value2", "title": "Second Choice"},
+                            {"const": "value3", "title": "Third Choice"},
+                        ]
+                    },
+                },
+            },
+        }
+        return InputRequired({"choices": InputRequired.elicitation("Choose", form)})
+    return f"Elicitation completed: {_elicited(answer)}"
+
+
 class JsonSchema202012Tool(ToolCallback):
     """A tool whose input schema uses JSON Schema 2020-12 keywords (scenario json-schema-2020-12).
 
@@ -272,6 +369,10 @@ def callbacks() -> list[Any]:
             test_missing_capability,
             test_streaming_elicitation,
             test_logging_tool,
+            test_sampling,
+            test_elicitation,
+            test_elicitation_sep1034_defaults,
+            test_elicitation_sep1330_enums,
         ),
         JsonSchema202012Tool(),
     ]

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import Client
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -145,3 +145,33 @@ def test_a_models_turn_reads_what_the_tool_needed() -> None:
     )
     with pytest.raises(ValueError, match="method must be one of"):
         InputRequired({"x": {"method": "tools/call"}})
+
+
+def test_a_2025_11_25_session_is_asked_on_the_calls_stream_and_the_tool_finishes(
+    url: str,
+) -> None:
+    """The older revision has no input_required: the server asks the client during the call
+    (elicitation/create on the call's stream), then calls the tool again with the answer."""
+    RAN.clear()
+    asked: list[str] = []
+
+    async def form(context: Any, params: Any) -> Any:
+        from mcp_types import ElicitResult
+
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"name": "Grace"})
+
+    async def use() -> Any:
+        headers = {"x-user": "alice"}
+        async with httpx2.AsyncClient(headers=headers, timeout=20) as http:
+            async with streamable_http_client(url, http_client=http) as (read, write):
+                async with ClientSession(read, write, elicitation_callback=form) as opened:
+                    initialized = await opened.initialize()
+                    result = await opened.call_tool("greet", {})
+                    return initialized.protocol_version, result
+
+    version, result = run(use())
+    assert version == "2025-11-25"
+    assert result.content[0].text == "Hello, Grace!"
+    assert asked == ["Your name?"]
+    assert RAN == ["Grace"]

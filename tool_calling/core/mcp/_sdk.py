@@ -28,6 +28,8 @@ try:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
+    from mcp.shared.message import ServerMessageMetadata
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 except ImportError as exc:  # exercised by tests/test_public_api.py without the SDK
     # ModuleNotFoundError, naming the missing module, as importing it directly would.
     raise ModuleNotFoundError(
@@ -37,6 +39,8 @@ except ImportError as exc:  # exercised by tests/test_public_api.py without the 
     ) from exc
 
 __all__ = [
+    "HANDSHAKE_PROTOCOL_VERSIONS",
+    "ServerMessageMetadata",
     "AccessToken",
     "AuthenticatedUser",
     "ClientSession",

@@ -32,12 +32,14 @@ from tool_calling.core._version import VERSION
 from tool_calling.core.errors import ToolArgumentsError, ToolFailure, ToolResolutionError
 from tool_calling.core.mcp._convert import _reserved_meta_key
 from tool_calling.core.mcp._sdk import (
+    HANDSHAKE_PROTOCOL_VERSIONS,
     AccessToken,
     AuthenticatedUser,
     MCPError,
     RequestStateBoundary,
     RequestStateSecurity,
     Server,
+    ServerMessageMetadata,
     ServerRequestContext,
     StreamableHTTPSessionManager,
     TransportSecuritySettings,
@@ -221,6 +223,30 @@ def _input_required(
     if answer.request_state is not None:
         wire["requestState"] = answer.request_state
     return types.InputRequiredResult.model_validate(wire)
+
+
+_MAX_INPUT_ROUNDS = 10  # rounds of questions one call may ask over a session
+
+_ASKED: dict[str, tuple[Any, Any]] = {
+    "elicitation/create": (types.ElicitRequest, types.ElicitResult),
+    "sampling/createMessage": (types.CreateMessageRequest, types.CreateMessageResult),
+    "roots/list": (types.ListRootsRequest, types.ListRootsResult),
+}
+
+
+async def _ask_over_session(
+    ctx: ServerRequestContext[Any, Any], requests: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Ask the client each request on the call's own stream (the 2025-11-25 way); the answers."""
+    answers: dict[str, Any] = {}
+    related = ServerMessageMetadata(related_request_id=ctx.request_id)
+    for key, request in requests.items():
+        request_type, result_type = _ASKED[request["method"]]
+        answer: Any = await ctx.session.send_request(
+            request_type.model_validate(dict(request)), result_type, metadata=related
+        )
+        answers[key] = _json(answer)
+    return answers
 
 
 def _client_capabilities(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
@@ -468,6 +494,29 @@ class McpToolServer(Generic[P]):
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}") from None
         except Exception as exc:
             return self._failure(name, exc)
+        rounds = 0
+        while (
+            isinstance(text, InputRequired) and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+        ):
+            # A session of the older revision: ask the client here and now, then call again
+            # with its answers (the state never leaves the server, so it needs no seal).
+            rounds += 1
+            asked = _input_required(text, capabilities).input_requests or {}
+            if rounds > _MAX_INPUT_ROUNDS:
+                return _error_result(f"Tool {name!r} asked for input more than 10 times.")
+            requests = {key: _json(request) for key, request in asked.items()}
+            try:
+                meta[INPUT_RESPONSES_KEY] = await _ask_over_session(ctx, requests)
+            except MCPError as exc:
+                return _error_result(f"The client did not answer the tool's question: {exc}")
+            if text.request_state is None:
+                meta.pop(REQUEST_STATE_KEY, None)
+            else:
+                meta[REQUEST_STATE_KEY] = text.request_state
+            try:
+                text = await _maybe_await(self._call_tool, principal, name, arguments, meta)
+            except Exception as exc:
+                return self._failure(name, exc)
         if isinstance(text, InputRequired):
             return _input_required(text, capabilities)  # type: ignore[return-value]
         return _call_result(text if isinstance(text, str) else str(text), schemas[name])
