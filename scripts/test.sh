@@ -63,7 +63,9 @@ fi
 # Runs only with no arguments (the whole suite), as a step of its own (about half a minute): the
 # @modelcontextprotocol/conformance client against the core adapter (tests/mcp/test_conformance.py)
 # and against /mcp/ of the example project's ASGI app (tests/mcp/test_django_conformance.py).
-# Expected failures, with their reasons: tests/mcp/conformance-baseline.yml. The main pytest run
+# It runs once per protocol revision (--requirements 2025-11-25 and 2026-07-28) on the pinned
+# Node.js 22; expected failures, with their reasons: tests/mcp/conformance-baseline-<revision>.yml.
+# The main pytest run
 # below leaves these two files out, so each runs once.
 conformance_skip=()
 if [ $# -eq 0 ]; then

@@ -171,6 +171,10 @@ def test_tool_decorator_signature() -> None:
         ("result_converter", KW, None),
         # Issue 6: the "@tool option" of approval gates, after the contract's keywords.
         ("requires_approval", KW, False),
+        # What MCP clients are shown (never sent to the model), after them.
+        ("title", KW, None),
+        ("annotations", KW, None),
+        ("icons", KW, ()),
     ]
 
 

@@ -67,7 +67,20 @@ from tool_calling.core.tools.callback import (
 from tool_calling.core.tools.context import ToolContext
 from tool_calling.core.tools.converter import ToolCallResultConverter
 from tool_calling.core.tools.decorator import tool
-from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
+from tool_calling.core.tools.definition import (
+    ToolAnnotations,
+    ToolDefinition,
+    ToolIcon,
+    ToolMetadata,
+)
+from tool_calling.core.tools.result import (
+    AudioBlock,
+    ImageBlock,
+    InputRequired,
+    ResourceBlock,
+    TextBlock,
+    ToolResult,
+)
 from tool_calling.core.tools.schema import ToolParam
 from tool_calling.exceptions import (
     ToolCallingError,
@@ -99,6 +112,14 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AudioBlock",
+    "ImageBlock",
+    "InputRequired",
+    "ResourceBlock",
+    "TextBlock",
+    "ToolResult",
+    "ToolAnnotations",
+    "ToolIcon",
     "HIGHEST_PRECEDENCE",
     "LOWEST_PRECEDENCE",
     "Advisor",

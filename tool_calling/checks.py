@@ -31,8 +31,9 @@ tool_calling.E014   ``TOOL_SEARCH["INDEX"]`` is ``PostgresToolIndex`` but the de
                     not PostgreSQL.
 tool_calling.E015   ``ARGUMENT_AUGMENTATION["TYPE"]`` is not an object type with fields (a
                     pydantic model, dataclass or TypedDict).
-tool_calling.E016   ``MCP["ALLOWED_HOSTS"]`` is not a list of host names, or
-                    ``MCP["ALLOWED_ORIGINS"]`` is neither None nor a list of origins.
+tool_calling.E016   ``MCP["ALLOWED_HOSTS"]`` is not a list of host names,
+                    ``MCP["ALLOWED_ORIGINS"]`` is neither None nor a list of origins, or
+                    ``MCP["LIST_TTL_MS"]`` is not a non-negative integer.
 tool_calling.E017   The API is mounted (its turns run as Celery tasks) but Celery is not
                     installed, whatever ``EXECUTION["MODE"]`` says about tool calls.
 tool_calling.E018   The API is mounted but the current Celery app has no broker URL (the
@@ -852,6 +853,16 @@ def _check_mcp(mcp: Mapping[str, Any]) -> list[CheckMessage]:
                 "origins.",
                 hint="E.g. ['https://ide.example.com', 'http://localhost:*'], or None to accept "
                 "the http(s) origins of ALLOWED_HOSTS.",
+                id="tool_calling.E016",
+            )
+        )
+    ttl = mcp["LIST_TTL_MS"]
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
+        errors.append(
+            Error(
+                f"The value of '{_path('MCP', 'LIST_TTL_MS')}' must be a non-negative integer.",
+                hint="Milliseconds an MCP client may reuse a tools/list answer, e.g. 60000; "
+                "0 asks again each time.",
                 id="tool_calling.E016",
             )
         )

@@ -256,6 +256,10 @@ DEFAULTS: dict[str, Any] = {
         # "scheme://host[:port]" or "scheme://host:*". None = the http(s) origins whose host
         # passes ALLOWED_HOSTS.
         "ALLOWED_ORIGINS": None,
+        # How long, in milliseconds, an MCP client may reuse a tools/list answer (its ttlMs;
+        # the answer is per user: cacheScope "private"). 0 = ask again each time, so an
+        # operator's change shows at once; calls are re-checked when they run either way.
+        "LIST_TTL_MS": 0,
     },
 }
 

@@ -72,6 +72,34 @@ class Tool(models.Model):
         default=False,
         help_text=_("A person must approve each call before it runs."),
     )
+    title = models.CharField(
+        _("title"),
+        max_length=200,
+        blank=True,
+        help_text=_(
+            "A name for people, shown by MCP clients of /mcp/ (never sent to the model); blank "
+            "uses the code's @tool(title=...)."
+        ),
+    )
+    annotations = models.JSONField(
+        _("MCP annotations"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            'Hints served over /mcp/, e.g. {"readOnlyHint": true, "destructiveHint": false, '
+            '"idempotentHint": true, "openWorldHint": false}; each key set here replaces the '
+            "code's. Hints only: they never lift approval or any other check."
+        ),
+    )
+    icons = models.JSONField(
+        _("MCP icons"),
+        default=list,
+        blank=True,
+        help_text=_(
+            'Icons served over /mcp/, e.g. [{"src": "https://example.com/t.png", "mimeType": '
+            '"image/png", "sizes": ["48x48"]}]; empty uses the code\'s.'
+        ),
+    )
     execution_mode = models.CharField(
         _("execution mode"),
         max_length=16,
@@ -1097,6 +1125,26 @@ class McpServer(models.Model):
         blank=True,
         editable=False,
         help_text=_("Why the last sync could not list the server's tools; blank when it could."),
+    )
+    trust_annotations = models.BooleanField(
+        _("trust its annotations"),
+        default=False,
+        help_text=_(
+            "Serve the title and hints (readOnlyHint, ...) this server gives its tools, as "
+            "approved with each tool's pinned definition, to the clients of /mcp/. Off: they "
+            "are shown to operators only. Never lifts approval or any other check."
+        ),
+    )
+    protocol_version = models.CharField(
+        _("protocol revision"),
+        max_length=20,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The MCP revision spoken with the server at the last sync: 2026-07-28 (no handshake, "
+            "no session) when the server answers server/discover, else the older one it "
+            "negotiated with the initialize handshake. Blank before the first sync."
+        ),
     )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -25,12 +26,15 @@ from django.db.models.functions import JSONObject
 from tool_calling import models
 from tool_calling._prepared import PreparedQuery
 from tool_calling.calls.authorization import missing_permission
+from tool_calling.core.errors import ToolDefinitionError
 from tool_calling.core.execution.limits import ToolCallLimits
 from tool_calling.core.execution.resolvers import ToolCallbackResolver
 from tool_calling.core.tools.callback import DelegatingToolCallback, ToolCallback
-from tool_calling.core.tools.definition import ToolMetadata
+from tool_calling.core.tools.definition import ToolAnnotations, ToolIcon, ToolMetadata
 from tool_calling.mcp import clients as mcp_clients
 from tool_calling.registry import ToolRegistry, registry
+
+logger = logging.getLogger("tool_calling.resolvers")
 
 __all__ = [
     "CallRules",
@@ -201,17 +205,51 @@ def is_available_to(name: str, user: Any = None) -> bool:
 
 
 class OperatorSettingsToolCallback(DelegatingToolCallback):
-    """A registered tool with the metadata an operator set in the admin (return-direct)."""
+    """A registered tool with the metadata an operator set in the admin.
 
-    def __init__(self, delegate: ToolCallback, return_direct: bool) -> None:
+    Return-direct, and what MCP clients are shown: the title, the hints (each key the operator
+    set replaces the code's) and the icons (when set, instead of the code's).
+    """
+
+    def __init__(
+        self,
+        delegate: ToolCallback,
+        return_direct: bool,
+        *,
+        title: str = "",
+        annotations: dict[str, Any] | None = None,
+        icons: list[Any] | None = None,
+    ) -> None:
         super().__init__(delegate)
         # Everything else of the delegate's metadata (approval, search tags) is kept.
-        self._metadata = dataclasses.replace(delegate.metadata, return_direct=return_direct)
+        code = delegate.metadata
+        hints = {**code.annotations.as_mcp(), **(annotations or {})}
+        self._metadata = dataclasses.replace(
+            code,
+            return_direct=return_direct,
+            title=title or code.title,
+            annotations=ToolAnnotations.from_mcp(hints),
+            icons=_icons(icons) or code.icons,
+        )
 
     @property
     def metadata(self) -> ToolMetadata:
-        """The operator's return-direct setting."""
+        """The operator's settings over the code's metadata."""
         return self._metadata
+
+
+def _icons(stored: Any) -> tuple[ToolIcon, ...]:
+    """Icons as an operator stored them (a list of MCP icon objects); bad entries are left out."""
+    icons: list[ToolIcon] = []
+    for entry in stored if isinstance(stored, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        try:
+            sizes = entry.get("sizes") or ()
+            icons.append(ToolIcon(str(entry.get("src")), entry.get("mimeType"), tuple(sizes)))
+        except (ToolDefinitionError, TypeError):
+            logger.warning("An MCP icon stored for a tool is not valid; it is not served")
+    return tuple(icons)
 
 
 def _pk(user: Any) -> Any:
@@ -279,8 +317,19 @@ class GovernedTools:
                 continue
             callback = self.registry.get(name)
             if callback is not None and self._permitted(name, callback, row):
-                if callback.metadata.return_direct != row.return_direct:
-                    callback = OperatorSettingsToolCallback(callback, row.return_direct)
+                if (
+                    callback.metadata.return_direct != row.return_direct
+                    or row.title
+                    or row.annotations
+                    or row.icons
+                ):
+                    callback = OperatorSettingsToolCallback(
+                        callback,
+                        row.return_direct,
+                        title=row.title,
+                        annotations=row.annotations,
+                        icons=row.icons,
+                    )
                 self.available[name] = callback
         for name in sorted(self.rows):
             row = self.rows[name]

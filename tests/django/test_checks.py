@@ -915,6 +915,20 @@ def test_e020_mcp_hosts_and_origins_must_be_lists():
     assert run({"MCP": {"ALLOWED_ORIGINS": ["https://ide.example.com"]}}) == []
 
 
+@pytest.mark.parametrize("value", [-1, 1.5, True, "60000"])
+def test_e016_the_mcp_list_ttl_must_be_a_non_negative_integer(value):
+    assert run({"MCP": {"LIST_TTL_MS": value}}) == [
+        Error(
+            """The value of 'TOOL_CALLING["MCP"]["LIST_TTL_MS"]' must be a non-negative """
+            "integer.",
+            hint="Milliseconds an MCP client may reuse a tools/list answer, e.g. 60000; 0 asks "
+            "again each time.",
+            id="tool_calling.E016",
+        )
+    ]
+    assert run({"MCP": {"LIST_TTL_MS": 60_000}}) == []
+
+
 # --- the JSON serializer of the cache (S21) ------------------------------------------------------
 
 

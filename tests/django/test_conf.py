@@ -83,6 +83,7 @@ def test_documented_defaults():
     assert DEFAULTS["MCP"] == {
         "ALLOWED_HOSTS": ["127.0.0.1", "localhost", "[::1]"],
         "ALLOWED_ORIGINS": None,
+        "LIST_TTL_MS": 0,
     }
     # spring.ai.tools.observations.include-content: content stays off spans by default (S12).
     assert DEFAULTS["OBSERVATIONS_INCLUDE_CONTENT"] is False

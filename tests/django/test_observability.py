@@ -878,7 +878,11 @@ def test_an_mcp_call_nests_the_mcp_sdks_spans_inside_execute_tool(alice, otel):
 
 @pytest.mark.integration
 def test_mcp_connection_set_up_is_a_child_of_the_call_that_caused_it(alice, otel, tmp_path):
-    """Connecting, and reconnecting after the server restarted, make no trace of their own."""
+    """Connecting, and reconnecting after the server restarted, make no trace of their own.
+
+    Over the older revision, whose sessions a restarted server forgets (the current one has no
+    session to reopen).
+    """
     spec = McpToolSpec(
         server_name="echo",
         name="sdk_echo",
@@ -891,7 +895,9 @@ def test_mcp_connection_set_up_is_a_child_of_the_call_that_caused_it(alice, otel
     )
     with running(sdk_server(tmp_path)) as process:
         transport = StreamableHttpTransport(process.url)
-        with McpConnection(transport, name="sdk", request_timeout=10) as connection:
+        with McpConnection(
+            transport, name="sdk", request_timeout=10, protocol="2025-11-25"
+        ) as connection:
             registry.register(McpToolCallback(spec, connection), source="tests")
             sync_tools()
             try:

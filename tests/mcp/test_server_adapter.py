@@ -75,7 +75,14 @@ def test_a_call_returns_the_tools_text_and_reaches_call_tool_with_principal_and_
     result = _call(served.url, "bob-token", "add", {"a": 2, "b": 3}, meta={"tenant": "acme"})
     assert result.is_error is False
     assert [c.text for c in result.content] == ["5"]
-    assert served_tools.AUDIT[-1] == ("bob", "add", {"a": 2, "b": 3}, {"tenant": "acme"})
+    # The client's own _meta, and what the server adds for the tool context (here: the
+    # capabilities this client declared, none).
+    assert served_tools.AUDIT[-1] == (
+        "bob",
+        "add",
+        {"a": 2, "b": 3},
+        {"tenant": "acme", "tool_calling.client_capabilities": {}},
+    )
     who = _call(served.url, "bob-token", "whoami", {}, meta={"tenant": "acme"})
     assert who.content[0].text == "bob (tenant acme)"
 

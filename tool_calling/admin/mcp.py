@@ -113,6 +113,7 @@ class McpServerAdmin(admin.ModelAdmin):
         "prefix_display",
         "tool_count",
         "changed_count",
+        "protocol_version",
         "last_synced_at",
         "sync_error",
     )
@@ -123,15 +124,32 @@ class McpServerAdmin(admin.ModelAdmin):
     inlines = (McpServerToolInline,)
     filter_horizontal = ("allowed_groups",)
     formfield_overrides = {db_models.URLField: {"assume_scheme": "https"}}
-    readonly_fields = ("last_synced_at", "last_sync_error", "created_at", "updated_at")
+    readonly_fields = (
+        "protocol_version",
+        "last_synced_at",
+        "last_sync_error",
+        "created_at",
+        "updated_at",
+    )
     fieldsets = (
         (None, {"fields": ("alias", "transport", "enabled", "name_prefix", "timeout")}),
         (_("stdio"), {"fields": ("command", "args", "env")}),
         (_("Streamable HTTP"), {"fields": ("url", "headers")}),
-        (_("Governance"), {"fields": ("allowed_groups", "context_keys")}),
+        (
+            _("Governance"),
+            {"fields": ("allowed_groups", "context_keys", "trust_annotations")},
+        ),
         (
             _("Sync"),
-            {"fields": ("last_synced_at", "last_sync_error", "created_at", "updated_at")},
+            {
+                "fields": (
+                    "protocol_version",
+                    "last_synced_at",
+                    "last_sync_error",
+                    "created_at",
+                    "updated_at",
+                )
+            },
         ),
     )
 

@@ -202,6 +202,17 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         ),
         (_("Execution"), {"fields": ("execution_mode", "queue", "timeout", "idempotent")}),
         (
+            _("Shown to MCP clients"),
+            {
+                "fields": ("title", "annotations", "icons"),
+                "description": _(
+                    "What clients of /mcp/ are shown beside the definition: blank keeps what "
+                    "the code's @tool(title=..., annotations=..., icons=...) says. Hints never "
+                    "lift approval or any other check."
+                ),
+            },
+        ),
+        (
             _("Tool search and reasons"),
             {
                 "fields": ("search_tags", "always_include", "augment_arguments"),

@@ -46,6 +46,7 @@ from tool_calling.audit import audit_text
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
+from tool_calling.core.tools.context import PROGRESS_KEY
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 
 __all__ = [
@@ -208,7 +209,9 @@ def _outcome_payload(outcome: ToolOutcome) -> dict[str, Any]:
 
 
 def _json_context(tool_context: Mapping[str, Any], tool_name: str) -> dict[str, Any]:
-    context = dict(tool_context)
+    # A progress reporter talks to the requesting client from this process; a worker has no
+    # way back to it, so the call runs there without progress.
+    context = {key: value for key, value in tool_context.items() if key != PROGRESS_KEY}
     try:
         json.dumps(context)
     except (TypeError, ValueError) as exc:

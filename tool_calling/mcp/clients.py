@@ -30,7 +30,7 @@ from tool_calling import models
 from tool_calling.core.errors import McpServerError, McpServerUnavailableError, ToolFailure
 from tool_calling.core.tools.callback import DelegatingToolCallback, ToolCallback
 from tool_calling.core.tools.context import ToolContext
-from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
+from tool_calling.core.tools.definition import ToolAnnotations, ToolDefinition, ToolMetadata
 
 if TYPE_CHECKING:
     from tool_calling.core.mcp import McpToolCallback, McpToolCallbackProvider, McpToolSpec
@@ -246,7 +246,12 @@ class McpServerToolCallback(DelegatingToolCallback):
     """
 
     def __init__(
-        self, delegate: McpToolCallback, *, server: str, context_keys: Sequence[str] = ()
+        self,
+        delegate: McpToolCallback,
+        *,
+        server: str,
+        context_keys: Sequence[str] = (),
+        trusted: bool = False,
     ) -> None:
         super().__init__(delegate)
         self.remote = delegate
@@ -255,11 +260,20 @@ class McpServerToolCallback(DelegatingToolCallback):
         """The server's alias."""
         self.context_keys = tuple(context_keys)
         """The tool context keys sent to the server."""
-        self._metadata = ToolMetadata()
+        spec = delegate.spec
+        # The server's title and hints, as pinned, are passed on to our own MCP clients only
+        # when an operator trusts the server (McpServer.trust_annotations).
+        self._metadata = (
+            ToolMetadata(
+                title=spec.title, annotations=ToolAnnotations.from_mcp(dict(spec.annotations))
+            )
+            if trusted
+            else ToolMetadata()
+        )
 
     @property
     def metadata(self) -> ToolMetadata:
-        """Never return-direct; approval comes from the ``Tool`` row."""
+        """Never return-direct (approval is the row's); title and hints from a trusted server."""
         return self._metadata
 
     @property
@@ -357,7 +371,8 @@ def server_tool_callback(link: models.McpServerTool) -> ToolCallback:
         return UnusableMcpToolCallback(_stored_definition(tool), str(exc), server=server.alias)
     timeout = float(tool.timeout or server.timeout)
     keys = tuple(str(key) for key in server.context_keys or ())
-    cache_key = (link.pk, tool.schema_hash, id(session), timeout, keys)
+    trusted = bool(server.trust_annotations)
+    cache_key = (link.pk, tool.schema_hash, id(session), timeout, keys, trusted)
     with _callbacks_lock:
         cached = _callbacks.get(cache_key)
     if cached is not None and cached.remote.connection is session.connection:
@@ -370,7 +385,7 @@ def server_tool_callback(link: models.McpServerTool) -> ToolCallback:
             f"Tool {tool.name!r} cannot be offered: {exc}",
             server=server.alias,
         )
-    made = McpServerToolCallback(delegate, server=server.alias, context_keys=keys)
+    made = McpServerToolCallback(delegate, server=server.alias, context_keys=keys, trusted=trusted)
     with _callbacks_lock:
         if len(_callbacks) >= _CALLBACK_CACHE_SIZE:
             _callbacks.clear()

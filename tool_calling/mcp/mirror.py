@@ -249,7 +249,10 @@ def sync_server(
                 report.missing.append(link.tool.name)
                 models.Tool.objects.filter(pk=link.tool_id).update(missing=True, updated_at=now)
         models.McpServer.objects.filter(pk=server.pk).update(
-            last_synced_at=now, last_sync_error="", updated_at=now
+            last_synced_at=now,
+            last_sync_error="",
+            protocol_version=session.connection.protocol_version or "",
+            updated_at=now,
         )
     for why in report.rejected.values():
         logger.warning("MCP server %r: a tool is not mirrored: %s", server.alias, why)

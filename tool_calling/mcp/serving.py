@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.apps import apps
+from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 from django.utils import timezone
@@ -59,8 +60,8 @@ from tool_calling.core.chat.response import ChatResponse, Generation
 from tool_calling.core.errors import ToolFailure
 from tool_calling.core.execution.limits import ToolCallLimitExceededException
 from tool_calling.core.mcp import McpHttpApp, McpToolServer
-from tool_calling.core.mcp.server import ASGIApp
-from tool_calling.core.tools.definition import ToolDefinition
+from tool_calling.core.mcp.server import SERVER_CONTEXT_KEYS, ASGIApp
+from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.governance import governed_turn
 from tool_calling.resolvers import GovernedTools
 
@@ -203,14 +204,16 @@ def _client_history(user: Any, client: str) -> list[Message]:
     return [ToolResponseMessage(responses)] if responses else []
 
 
-def _list_tools(principal: McpPrincipal) -> list[ToolDefinition]:
-    return [callback.definition for callback in GovernedTools(principal.user).callbacks()]
+def _list_tools(principal: McpPrincipal) -> list[ToolCallback]:
+    # By name: the same list in the same order whichever process answers.
+    return sorted(GovernedTools(principal.user).callbacks(), key=lambda callback: callback.name)
 
 
 def _call_tool(
     principal: McpPrincipal, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]
 ) -> str:
-    # ``meta`` is client-controlled: it never decides anything here, and tools do not get it.
+    # ``meta`` is client-controlled: it never decides anything here, and tools do not get it
+    # (but for SERVER_CONTEXT_KEYS, which McpToolServer sets and clients cannot).
     user = principal.user
     session = principal.session
     if session:
@@ -226,6 +229,8 @@ def _call_tool(
     # person's approval (the code's flag or the row's) is refused in this path's own words.
     turn = governed_turn(user=user, approval_text=approval_text)
     context = {**turn.tool_context, SESSION_CONTEXT_KEY: session}
+    # Set by McpToolServer, never by the client: progress, input responses, the checked state.
+    context.update({key: meta[key] for key in SERVER_CONTEXT_KEYS if key in meta})
     prompt = Prompt(
         history, ToolCallingChatOptions(tool_callbacks=turn.callbacks, tool_context=context)
     )
@@ -251,9 +256,32 @@ def _call_tool(
     return reply.response_data
 
 
+def request_state_keys() -> list[str]:
+    """The keys sealing an ``InputRequired``'s request state, derived from the secret key.
+
+    ``SECRET_KEY`` seals, it and each of ``SECRET_KEY_FALLBACKS`` unseal: every process of the
+    site shares them, and a rotated secret keeps the state it sealed readable.
+    """
+    secrets = [django_settings.SECRET_KEY, *getattr(django_settings, "SECRET_KEY_FALLBACKS", [])]
+    return [
+        salted_hmac(_STATE_SALT, "", secret=secret, algorithm="sha256").hexdigest()
+        for secret in secrets
+    ]
+
+
+_STATE_SALT = "tool_calling.mcp.request_state"
+
+
 def tool_server() -> McpToolServer[McpPrincipal]:
-    """The MCP server of the governed tools (see the module docstring)."""
+    """The MCP server of the governed tools (see the module docstring).
+
+    Its ``tools/list`` answers are per user (``cacheScope: "private"``), sorted by name, and
+    fresh for ``MCP["LIST_TTL_MS"]`` milliseconds (read now). The request state of an
+    ``InputRequired`` is sealed with :func:`request_state_keys`.
+    """
     return McpToolServer(
+        list_ttl_ms=app_settings.MCP["LIST_TTL_MS"],
+        request_state_keys=request_state_keys(),
         list_tools=_with_fresh_connections(_list_tools),
         call_tool=_with_fresh_connections(_call_tool),
         name="tool_calling",

@@ -6,6 +6,7 @@ import asyncio
 import copy
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal
@@ -184,7 +185,9 @@ class McpToolCallbackProvider(ToolCallbackProvider):
     """The tools of one MCP server session as ToolCallbacks (Spring AI's McpToolCallbackProvider).
 
     Tools come from ``tools/list`` (every page), listed on first use and again after the server
-    says its list changed (``notifications/tools/list_changed``) or on :meth:`refresh`. Each
+    says its list changed (``notifications/tools/list_changed``), once the list's ``ttlMs``
+    has passed (a server of revision 2026-07-28, which has no such notification), or on
+    :meth:`refresh`. Each
     tool is offered as :func:`~tool_calling.core.mcp.spec.mcp_tool_name` of its server name and
     ``prefix``: deterministic, always a valid tool name, the mapping kept in :attr:`tool_names`.
     A tool whose definition cannot be offered (an invisible character in its description, a
@@ -301,6 +304,9 @@ class McpToolCallbackProvider(ToolCallbackProvider):
         """
         with self._lock:
             callbacks, stale = self._callbacks, self._stale
+        fresh_until = self._connection.tools_fresh_until
+        if fresh_until is not None and time.monotonic() >= fresh_until:
+            stale = True  # the server's cache hint ran out
         if callbacks is not None and not stale:
             return list(callbacks)
         try:

@@ -33,10 +33,11 @@ import math
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, TextIO, TypeVar
+from typing import Any, Literal, TextIO, TypeVar
 
 from tool_calling.core._version import VERSION
 from tool_calling.core.errors import (
@@ -51,6 +52,7 @@ from tool_calling.core.mcp._sdk import (
     StdioServerParameters,
     anyio,
     httpx2,
+    negotiate_auto,
     stdio_client,
     streamable_http_client,
     types,
@@ -169,6 +171,10 @@ class McpConnection:
         initial_backoff: seconds before the second connection attempt; doubles per failure.
         max_backoff: the cap of that wait.
         errlog: where a stdio server's stderr goes (default: this process's stderr).
+        protocol: ``"auto"``: the current revision (2026-07-28, sessionless) with a server
+            that answers ``server/discover``, else the initialize handshake of the older one;
+            ``"2025-11-25"``: always the handshake (a session), for a server that mishandles
+            the probe.
     """
 
     def __init__(
@@ -181,7 +187,13 @@ class McpConnection:
         initial_backoff: float = 0.5,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         errlog: TextIO | None = None,
+        protocol: Literal["auto", "2025-11-25"] = "auto",
     ) -> None:
+        if protocol not in ("auto", "2025-11-25"):
+            raise ValueError(
+                f"McpConnection {name!r}: protocol must be 'auto' or '2025-11-25', "
+                f"got {protocol!r}."
+            )
         for label, value in (
             ("request_timeout", request_timeout),
             ("connect_timeout", connect_timeout),
@@ -211,6 +223,8 @@ class McpConnection:
         self.max_backoff = float(max_backoff)
         """Longest wait between two connection attempts."""
         self._errlog = errlog
+        self.protocol = protocol
+        """``"auto"`` (the current revision when the server speaks it) or ``"2025-11-25"``."""
         self._lock = threading.Lock()
         self._live: _Live | None = None
         self._closed = False
@@ -222,7 +236,15 @@ class McpConnection:
         self.attempts = 0
         """How many times a session was (or is being) opened, failed attempts included."""
         self.server_info: types.Implementation | None = None
-        """What the server said about itself at the last initialize."""
+        """What the server said about itself when the session opened (``None`` if nothing)."""
+        self.tools_fresh_until: float | None = None
+        """``time.monotonic()`` until which the last ``tools/list`` answer is fresh, as the
+        server's ``ttlMs`` said; ``None``: no hint (an older server, which announces changes
+        with ``notifications/tools/list_changed`` instead)."""
+        self.protocol_version: str | None = None
+        """The protocol revision spoken with the server: ``"2026-07-28"`` (sessionless, found
+        by ``server/discover``) or an older one (the initialize handshake); ``None`` until
+        connected."""
 
     def __repr__(self) -> str:
         return f"<McpConnection {self.name!r} {self.transport!r}>"
@@ -480,20 +502,27 @@ class McpConnection:
                         client_info=types.Implementation(name="tool_calling", version=VERSION),
                     )
                 )
-                result = await session.initialize()
+                # The current revision when the server speaks it (server/discover: no
+                # handshake, no session), else the initialize handshake of the older one.
+                if self.protocol == "auto":
+                    await negotiate_auto(session)
+                else:
+                    await session.initialize()
                 scope.deadline = math.inf  # connected: only the requests have deadlines now
-                self.server_info = result.server_info
+                self.server_info = session.server_info
+                self.protocol_version = session.protocol_version
                 self.last_error = None
                 self.connects += 1
                 live.generation += 1
                 live.session = session
                 live.ready.set()
+                info = session.server_info
                 logger.info(
                     "MCP server %r: connected (%s %s, protocol %s)",
                     self.name,
-                    result.server_info.name,
-                    result.server_info.version,
-                    result.protocol_version,
+                    info.name if info is not None else "?",
+                    info.version if info is not None else "?",
+                    session.protocol_version,
                 )
                 await live.wake.wait()
                 live.ready.clear()
@@ -755,12 +784,20 @@ class McpConnection:
             _attempt.reset(token)
 
     async def _session_gone(self, session: ClientSession, deadline: float) -> bool:
-        """Whether ``session`` fails a ping (within the request's time, at most 5 s)."""
+        """Whether ``session`` fails a ping (within the request's time, at most 5 s).
+
+        The current revision has no ping (and no session to lose): a ``server/discover`` at
+        the spoken revision tells whether the server still answers.
+        """
         remaining = deadline - asyncio.get_running_loop().time()
+        version = session.protocol_version
+        probe = (
+            session.send_discover(version)
+            if session.discover_result is not None and version is not None
+            else session.send_ping()
+        )
         try:
-            await asyncio.wait_for(
-                session.send_ping(), max(0.001, min(_HEALTH_CHECK_TIMEOUT, remaining))
-            )
+            await asyncio.wait_for(probe, max(0.001, min(_HEALTH_CHECK_TIMEOUT, remaining)))
         except Exception:
             return True
         return False
@@ -780,6 +817,7 @@ class McpConnection:
         tools: list[types.Tool] = []
         cursor: str | None = None
         seen: set[str] = set()
+        ttl: int | None = None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout * _LIST_TIMEOUT_FACTOR
         for _ in range(_LIST_PAGE_LIMIT):
@@ -793,9 +831,12 @@ class McpConnection:
                 return await asyncio.wait_for(session.list_tools(params=params), remaining)
 
             page = await self._request(live, "tools/list", timeout, send)
+            if "ttl_ms" in page.model_fields_set:  # a cache hint (revision 2026-07-28)
+                ttl = page.ttl_ms if ttl is None else min(ttl, page.ttl_ms)
             tools.extend(page.tools)
             cursor = page.next_cursor
             if not cursor:
+                self.tools_fresh_until = None if ttl is None else time.monotonic() + ttl / 1000
                 return tools
             if cursor in seen:
                 break

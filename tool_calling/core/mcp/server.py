@@ -32,14 +32,19 @@ from tool_calling.core._version import VERSION
 from tool_calling.core.errors import ToolArgumentsError, ToolFailure, ToolResolutionError
 from tool_calling.core.mcp._convert import _reserved_meta_key
 from tool_calling.core.mcp._sdk import (
+    HANDSHAKE_PROTOCOL_VERSIONS,
     AccessToken,
     AuthenticatedUser,
     MCPError,
+    RequestStateBoundary,
+    RequestStateSecurity,
     Server,
+    ServerMessageMetadata,
     ServerRequestContext,
     StreamableHTTPSessionManager,
     TransportSecuritySettings,
     anyio,
+    jsonschema,
     stdio_server,
     types,
 )
@@ -48,8 +53,22 @@ from tool_calling.core.tools.callback import (
     ToolExecutionException,
     check_unique_names,
 )
-from tool_calling.core.tools.context import ToolContext
-from tool_calling.core.tools.definition import ToolDefinition
+from tool_calling.core.tools.context import (
+    CLIENT_CAPABILITIES_KEY,
+    INPUT_RESPONSES_KEY,
+    PROGRESS_KEY,
+    REQUEST_STATE_KEY,
+    ToolContext,
+)
+from tool_calling.core.tools.definition import JsonSchema, ToolDefinition, ToolMetadata
+from tool_calling.core.tools.result import (
+    AudioBlock,
+    ContentBlock,
+    ImageBlock,
+    InputRequired,
+    TextBlock,
+    ToolResult,
+)
 
 __all__ = [
     "DEFAULT_ALLOWED_HOSTS",
@@ -66,10 +85,17 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-ListTools = Callable[[P], "Iterable[ToolDefinition] | Awaitable[Iterable[ToolDefinition]]"]
-"""``list_tools(principal)``: the definitions this principal may see and call."""
+Listed = ToolDefinition | ToolCallback
+ListTools = Callable[[P], "Iterable[Listed] | Awaitable[Iterable[Listed]]"]
+"""``list_tools(principal)``: the tools this principal may see and call, as definitions or as
+callbacks (a callback also gives its output schema)."""
 CallTool = Callable[[P, str, dict[str, Any], Mapping[str, Any]], "str | Awaitable[str]"]
-"""``call_tool(principal, name, arguments, meta)``: run one call and return the text.
+"""``call_tool(principal, name, arguments, meta)``: run one call and return the text (a
+:class:`~tool_calling.core.tools.result.ToolResult` also gives its content blocks and
+structured value; an :class:`~tool_calling.core.tools.result.InputRequired` asks the client
+for input). The keys of :data:`SERVER_CONTEXT_KEYS` in ``meta`` are set by the server, never by
+the client (the progress reporter, the client's input responses, the checked request state,
+the client's capabilities): put them into the call's ToolContext.
 
 Raise :class:`ToolFailure` or ``ToolArgumentsError`` for an ``isError`` result with that text,
 ``ToolResolutionError`` for an unknown tool; any other exception gives a generic error text
@@ -77,6 +103,14 @@ Raise :class:`ToolFailure` or ``ToolArgumentsError`` for an ``isError`` result w
 Authenticate = Callable[[Mapping[str, str]], "P | None | Awaitable[P | None]"]
 """``authenticate(headers)``: the principal of an HTTP request (header names lower-case), or
 ``None`` for 401."""
+
+SERVER_CONTEXT_KEYS = (
+    PROGRESS_KEY,
+    INPUT_RESPONSES_KEY,
+    REQUEST_STATE_KEY,
+    CLIENT_CAPABILITIES_KEY,
+)
+"""The keys of ``meta`` the server sets for a call's ToolContext (a client's are dropped)."""
 
 DEFAULT_ALLOWED_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 """The ``Host`` values accepted by default (any port): loopback only."""
@@ -100,6 +134,182 @@ def _error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
+def _block(block: ContentBlock) -> Any:
+    if isinstance(block, TextBlock):
+        return types.TextContent(type="text", text=block.text)
+    if isinstance(block, ImageBlock):
+        return types.ImageContent(type="image", data=block.data, mime_type=block.mime_type)
+    if isinstance(block, AudioBlock):
+        return types.AudioContent(type="audio", data=block.data, mime_type=block.mime_type)
+    if block.text is not None:
+        contents: Any = types.TextResourceContents(
+            uri=block.uri, mime_type=block.mime_type, text=block.text
+        )
+    else:
+        contents = types.BlobResourceContents(
+            uri=block.uri, mime_type=block.mime_type, blob=block.blob or ""
+        )
+    return types.EmbeddedResource(type="resource", resource=contents)
+
+
+def _structured(text: str, schema: JsonSchema | None) -> dict[str, Any] | None:
+    """``text`` as the structured value its tool's output schema describes, else ``None``.
+
+    A result cut to the size limit, or one a converter changed, is no longer that JSON object:
+    it then goes as text only.
+    """
+    if schema is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError:
+        logger.warning("A structured tool result does not match its output schema; sent as text")
+        return None
+    return value
+
+
+def _call_result(text: str, schema: JsonSchema | None) -> types.CallToolResult:
+    """The MCP result of a call that answered ``text`` (a ToolResult gives blocks too)."""
+    if isinstance(text, ToolResult):
+        structured = text.structured
+        if text.content:
+            content = [_block(block) for block in text.content]
+        else:
+            content = [types.TextContent(type="text", text=str(text))]
+        return types.CallToolResult(
+            content=content,
+            structured_content=structured if isinstance(structured, dict) else None,
+        )
+    # The text is also the copy of a structured value for clients that read only content.
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=str(text))],
+        structured_content=_structured(text, schema),
+    )
+
+
+def _json(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return value
+
+
+def _input_required(
+    answer: InputRequired, capabilities: Mapping[str, Any]
+) -> types.InputRequiredResult:
+    """``answer`` for the client, asking only for what the client said it can give.
+
+    Raises:
+        MCPError: the client can give none of it (-32021, naming the capabilities needed).
+    """
+    kept = {
+        key: request
+        for key, request in answer.input_requests.items()
+        if InputRequired.capability(request) in capabilities
+    }
+    if not kept:
+        wanted = sorted({InputRequired.capability(r) for r in answer.input_requests.values()})
+        raise MCPError(
+            types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            f"The tool needs input this client cannot give: declare {' or '.join(wanted)}",
+            {"requiredCapabilities": {capability: {} for capability in wanted}},
+        )
+    wire: dict[str, Any] = {"inputRequests": kept}
+    if answer.request_state is not None:
+        wire["requestState"] = answer.request_state
+    return types.InputRequiredResult.model_validate(wire)
+
+
+_MAX_INPUT_ROUNDS = 10  # rounds of questions one call may ask over a session
+
+_ASKED: dict[str, tuple[Any, Any]] = {
+    "elicitation/create": (types.ElicitRequest, types.ElicitResult),
+    "sampling/createMessage": (types.CreateMessageRequest, types.CreateMessageResult),
+    "roots/list": (types.ListRootsRequest, types.ListRootsResult),
+}
+
+
+async def _ask_over_session(
+    ctx: ServerRequestContext[Any, Any], requests: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Ask the client each request on the call's own stream (the 2025-11-25 way); the answers."""
+    answers: dict[str, Any] = {}
+    related = ServerMessageMetadata(related_request_id=ctx.request_id)
+    for key, request in requests.items():
+        request_type, result_type = _ASKED[request["method"]]
+        answer: Any = await ctx.session.send_request(
+            request_type.model_validate(dict(request)), result_type, metadata=related
+        )
+        answers[key] = _json(answer)
+    return answers
+
+
+def _client_capabilities(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    declared = (ctx.meta or {}).get(types.CLIENT_CAPABILITIES_META_KEY)
+    if declared is None:
+        declared = ctx.session.client_capabilities
+    declared = _json(declared) if declared is not None else {}
+    return declared if isinstance(declared, dict) else {}
+
+
+def _state_principal(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """Whom a sealed request state belongs to: the principal key of the HTTP request."""
+    scope = getattr(ctx.request, "scope", None)
+    user = scope.get("user") if isinstance(scope, Mapping) else None
+    if isinstance(user, _PrincipalUser):
+        return user.access_token.client_id
+    return None  # stdio: one principal per process
+
+
+def _listed(entry: Listed) -> tuple[ToolDefinition, JsonSchema | None, ToolMetadata | None]:
+    if isinstance(entry, ToolCallback):
+        return entry.definition, entry.output_schema, entry.metadata
+    return entry, None, None
+
+
+def _tool(
+    definition: ToolDefinition, output_schema: JsonSchema | None, metadata: ToolMetadata | None
+) -> Any:
+    """The ``tools/list`` entry of one tool: its definition, output schema and metadata."""
+    wire: dict[str, Any] = {
+        "name": definition.name,
+        "description": definition.description,
+        "inputSchema": definition.input_schema,
+    }
+    if output_schema is not None:
+        wire["outputSchema"] = output_schema
+    if metadata is not None:
+        if metadata.title:
+            wire["title"] = metadata.title
+        hints = metadata.annotations.as_mcp()
+        if hints:
+            wire["annotations"] = hints
+        if metadata.icons:
+            wire["icons"] = [icon.as_mcp() for icon in metadata.icons]
+    return types.Tool.model_validate(wire)
+
+
+def _progress_reporter(ctx: ServerRequestContext[Any, Any]) -> Callable[..., None] | None:
+    """Send the client's progress notifications from the thread a tool runs on, if it asked."""
+    if (ctx.meta or {}).get("progress_token") is None:
+        return None
+    loop = anyio.lowlevel.current_token()
+    session = ctx.session
+
+    def report(progress: float, total: float | None = None, message: str | None = None) -> None:
+        try:
+            anyio.from_thread.run(session.report_progress, progress, total, message, token=loop)
+        except Exception:  # the client left, or the call outlived its request
+            logger.debug("A progress notification could not be sent", exc_info=True)
+
+    return report
+
+
 class McpToolServer(Generic[P]):
     """Serve tools over MCP; what each principal lists and calls is decided by two callables.
 
@@ -117,6 +327,14 @@ class McpToolServer(Generic[P]):
         version: the server version announced to clients.
         instructions: text for the client's model about how to use the server.
         page_size: tools per ``tools/list`` page (``None``: one page).
+        list_ttl_ms: how long, in milliseconds, a client may reuse a ``tools/list`` answer
+            (``ttlMs``; the answer's ``cacheScope`` is always ``"private"``: each principal
+            has its own list). A call is checked when it runs whatever the client cached.
+        request_state_keys: secrets (32 bytes or more each; the first seals, all unseal) that
+            seal the ``request_state`` of an ``InputRequired`` answer, bound to the principal
+            and checked when it comes back (tampered or foreign: an error, and the tool does not
+            run). ``None``: a key of this process only (one process; state does not survive a
+            restart).
     """
 
     def __init__(
@@ -128,7 +346,13 @@ class McpToolServer(Generic[P]):
         version: str | None = None,
         instructions: str | None = None,
         page_size: int | None = None,
+        list_ttl_ms: int = 0,
+        request_state_keys: Sequence[str | bytes] | None = None,
     ) -> None:
+        if isinstance(list_ttl_ms, bool) or not isinstance(list_ttl_ms, int) or list_ttl_ms < 0:
+            raise ValueError(
+                f"McpToolServer: list_ttl_ms must be a non-negative integer, got {list_ttl_ms!r}."
+            )
         if page_size is not None and (isinstance(page_size, bool) or page_size < 1):
             raise ValueError(
                 f"McpToolServer: page_size must be a positive integer, got {page_size!r}."
@@ -139,6 +363,8 @@ class McpToolServer(Generic[P]):
         self._call_tool = call_tool
         self.page_size = page_size
         """Tools per ``tools/list`` page, or ``None`` for one page."""
+        self.list_ttl_ms = list_ttl_ms
+        """How long a client may reuse a ``tools/list`` answer (``ttlMs``, milliseconds)."""
         self.server: Server[Any] = Server(
             name,
             version=version,
@@ -147,6 +373,13 @@ class McpToolServer(Generic[P]):
             on_call_tool=self._on_call_tool,
         )
         """The SDK's low-level server (for transports this class does not wrap)."""
+        security = (
+            RequestStateSecurity.ephemeral()
+            if request_state_keys is None
+            else RequestStateSecurity(keys=list(request_state_keys))
+        )
+        security.bind_principal = _state_principal
+        self.server.middleware.append(RequestStateBoundary(security, default_audience=name))
 
     @classmethod
     def from_callbacks(
@@ -167,10 +400,9 @@ class McpToolServer(Generic[P]):
         callbacks = list(callbacks)
         check_unique_names(callbacks)
         by_name = {callback.name: callback for callback in callbacks}
-        definitions = [callback.definition for callback in callbacks]
 
-        def list_tools(principal: Any) -> list[ToolDefinition]:
-            return definitions
+        def list_tools(principal: Any) -> list[ToolCallback]:
+            return callbacks
 
         async def call_tool(
             principal: Any, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]
@@ -179,6 +411,9 @@ class McpToolServer(Generic[P]):
             if callback is None:
                 raise ToolResolutionError(f"Unknown tool: {name}")
             context = tool_context(principal, meta) if tool_context else ToolContext()
+            given = {key: meta[key] for key in SERVER_CONTEXT_KEYS if key in meta}
+            if given:
+                context = ToolContext(context, **given)
             return await callback.acall(json.dumps(arguments), context)
 
         return cls(list_tools=list_tools, call_tool=call_tool, **options)
@@ -196,19 +431,26 @@ class McpToolServer(Generic[P]):
             # Only reachable through a transport this module did not set up.
             raise MCPError(types.INVALID_REQUEST, "Unauthenticated request") from None
 
-    async def _definitions(self, principal: P) -> list[ToolDefinition]:
-        return list(await _maybe_await(self._list_tools, principal))
+    async def _definitions(
+        self, principal: P
+    ) -> list[tuple[ToolDefinition, JsonSchema | None, ToolMetadata | None]]:
+        return [_listed(entry) for entry in await _maybe_await(self._list_tools, principal)]
+
+    def _list_result(self, tools: list[Any], next_cursor: str | None = None) -> Any:
+        return types.ListToolsResult(
+            tools=tools,
+            next_cursor=next_cursor,
+            ttl_ms=self.list_ttl_ms,
+            cache_scope="private",
+        )
 
     async def _on_list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = self._principal(ctx)
-        tools = [
-            types.Tool(name=d.name, description=d.description, input_schema=d.input_schema)
-            for d in await self._definitions(principal)
-        ]
+        tools = [_tool(*entry) for entry in await self._definitions(principal)]
         if self.page_size is None:
-            return types.ListToolsResult(tools=tools)
+            return self._list_result(tools)  # type: ignore[no-any-return]
         cursor = params.cursor if params is not None else None
         start = 0
         if cursor is not None:
@@ -216,8 +458,8 @@ class McpToolServer(Generic[P]):
                 raise MCPError(types.INVALID_PARAMS, f"Invalid cursor: {cursor[:40]!r}")
             start = int(cursor)
         end = start + self.page_size
-        return types.ListToolsResult(
-            tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
+        return self._list_result(  # type: ignore[no-any-return]
+            tools[start:end], str(end) if end < len(tools) else None
         )
 
     async def _on_call_tool(
@@ -225,21 +467,59 @@ class McpToolServer(Generic[P]):
     ) -> types.CallToolResult:
         principal = self._principal(ctx)
         name = params.name
-        if name not in {d.name for d in await self._definitions(principal)}:
+        schemas = {d.name: schema for d, schema, _ in await self._definitions(principal)}
+        if name not in schemas:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         arguments = dict(params.arguments or {})
-        meta = {
+        meta: dict[str, Any] = {
             key: value
             for key, value in dict(params.meta or {}).items()
-            if key not in ("progress_token", "progressToken") and not _reserved_meta_key(key)
+            if key not in ("progress_token", "progressToken", *SERVER_CONTEXT_KEYS)
+            and not _reserved_meta_key(key)
         }
+        reporter = _progress_reporter(ctx)
+        if reporter is not None:
+            meta[PROGRESS_KEY] = reporter
+        capabilities = _client_capabilities(ctx)
+        meta[CLIENT_CAPABILITIES_KEY] = capabilities
+        if params.input_responses:
+            meta[INPUT_RESPONSES_KEY] = {
+                key: _json(value) for key, value in params.input_responses.items()
+            }
+        if params.request_state is not None:  # unsealed and checked by RequestStateBoundary
+            meta[REQUEST_STATE_KEY] = params.request_state
         try:
             text = await _maybe_await(self._call_tool, principal, name, arguments, meta)
         except ToolResolutionError:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}") from None
         except Exception as exc:
             return self._failure(name, exc)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=str(text))])
+        rounds = 0
+        while (
+            isinstance(text, InputRequired) and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+        ):
+            # A session of the older revision: ask the client here and now, then call again
+            # with its answers (the state never leaves the server, so it needs no seal).
+            rounds += 1
+            asked = _input_required(text, capabilities).input_requests or {}
+            if rounds > _MAX_INPUT_ROUNDS:
+                return _error_result(f"Tool {name!r} asked for input more than 10 times.")
+            requests = {key: _json(request) for key, request in asked.items()}
+            try:
+                meta[INPUT_RESPONSES_KEY] = await _ask_over_session(ctx, requests)
+            except MCPError as exc:
+                return _error_result(f"The client did not answer the tool's question: {exc}")
+            if text.request_state is None:
+                meta.pop(REQUEST_STATE_KEY, None)
+            else:
+                meta[REQUEST_STATE_KEY] = text.request_state
+            try:
+                text = await _maybe_await(self._call_tool, principal, name, arguments, meta)
+            except Exception as exc:
+                return self._failure(name, exc)
+        if isinstance(text, InputRequired):
+            return _input_required(text, capabilities)  # type: ignore[return-value]
+        return _call_result(text if isinstance(text, str) else str(text), schemas[name])
 
     def _failure(self, name: str, exc: Exception) -> types.CallToolResult:
         cause: BaseException = exc.cause if isinstance(exc, ToolExecutionException) else exc
@@ -481,6 +761,9 @@ class McpHttpApp:
             )
             return
         scope = dict(scope)
+        # RFC 9110 5.5: leading and trailing whitespace is not part of a field value (an
+        # "Mcp-Name:  add " names the tool add, which the SDK compares with the body).
+        scope["headers"] = [(key, value.strip(b" \t")) for key, value in scope.get("headers", [])]
         scope[_PRINCIPAL] = principal
         scope["user"] = _PrincipalUser(principal, self._principal_key(principal))
         await self._manager.handle_request(scope, receive, send)

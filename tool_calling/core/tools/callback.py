@@ -17,9 +17,15 @@ from typing import Any
 from tool_calling.core._async import run_sync
 from tool_calling.core.errors import ToolArgumentsError, ToolCallingError, ToolDefinitionError
 from tool_calling.core.tools.context import ToolContext
+from tool_calling.core.tools.converter import DEFAULT_CONVERT
 from tool_calling.core.tools.decorator import ResultConverter, build_spec, get_spec
-from tool_calling.core.tools.definition import ToolDefinition, ToolMetadata
-from tool_calling.core.tools.schema import parse_arguments_object
+from tool_calling.core.tools.definition import (
+    JsonSchema,
+    ToolAnnotations,
+    ToolDefinition,
+    ToolMetadata,
+)
+from tool_calling.core.tools.schema import output_schema, parse_arguments_object
 
 __all__ = [
     "ToolExecutionException",
@@ -105,6 +111,15 @@ class ToolCallback(ABC):
         return None
 
     @property
+    def output_schema(self) -> JsonSchema | None:
+        """JSON Schema of the tool's structured result (a JSON object), or ``None``.
+
+        A tool with one answers with that object's compact JSON as its text; an MCP client
+        also gets it as ``structuredContent``, checked against this schema.
+        """
+        return None
+
+    @property
     def name(self) -> str:
         """Shortcut for ``definition.name``."""
         return self.definition.name
@@ -145,6 +160,11 @@ class DelegatingToolCallback(ToolCallback):
     def function(self) -> Callable[..., Any] | None:
         """The wrapped tool's function."""
         return self._delegate.function
+
+    @property
+    def output_schema(self) -> JsonSchema | None:
+        """The wrapped tool's output schema."""
+        return self._delegate.output_schema
 
     def validate_arguments(self, tool_input: str | None) -> None:
         """Check ``tool_input`` as the wrapped tool would."""
@@ -235,6 +255,9 @@ class FunctionToolCallback(ToolCallback):
                 input_type=input_type,
                 skip_first=inspect.ismethod(function) or (base.takes_self if base else None),
                 requires_approval=base.requires_approval if base else False,
+                title=base.title if base else None,
+                annotations=base.annotations if base else None,
+                icons=base.icons if base else (),
             )
         if spec.takes_self and not inspect.ismethod(function):
             raise ToolDefinitionError(
@@ -243,8 +266,18 @@ class FunctionToolCallback(ToolCallback):
             )
         self._function = function
         self._spec = spec
-        metadata = ToolMetadata(
-            return_direct=spec.return_direct, requires_approval=spec.requires_approval
+        metadata = (
+            ToolMetadata(
+                return_direct=spec.return_direct,
+                requires_approval=spec.requires_approval,
+                title=spec.title,
+                annotations=spec.annotations or ToolAnnotations(),
+                icons=spec.icons,
+            )
+            if spec.title or spec.annotations or spec.icons
+            else ToolMetadata(
+                return_direct=spec.return_direct, requires_approval=spec.requires_approval
+            )
         )
         if not self._derived:
             self.definition = spec.definition
@@ -263,6 +296,17 @@ class FunctionToolCallback(ToolCallback):
     def function(self) -> Callable[..., Any]:
         """The wrapped callable."""
         return self._function
+
+    @property
+    def output_schema(self) -> JsonSchema | None:
+        """The schema of a structured return type (a pydantic model, dataclass or TypedDict).
+
+        ``None`` for other types, and when a ``result_converter`` changes the text.
+        """
+        spec = self._spec
+        if spec.converter is not DEFAULT_CONVERT:
+            return None
+        return output_schema(spec.return_type)
 
     @property
     def is_async(self) -> bool:

@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["ToolContext"]
+__all__ = [
+    "CLIENT_CAPABILITIES_KEY",
+    "INPUT_RESPONSES_KEY",
+    "PROGRESS_KEY",
+    "REQUEST_STATE_KEY",
+    "ProgressReporter",
+    "ToolContext",
+]
+
+ProgressReporter = Callable[[float, "float | None", "str | None"], None]
+"""``reporter(progress, total, message)``: tells whoever asked how far a call has come."""
+
+PROGRESS_KEY = "tool_calling.progress"
+"""The context key of the call's :data:`ProgressReporter`, set by a caller that wants progress
+(an MCP client that sent a progress token); read through :meth:`ToolContext.report_progress`."""
+
+INPUT_RESPONSES_KEY = "tool_calling.input_responses"
+"""The context key of the answers an MCP client gives to a tool's earlier ``InputRequired``
+(read through :attr:`ToolContext.input_responses`)."""
+
+REQUEST_STATE_KEY = "tool_calling.request_state"
+"""The context key of the state a tool's earlier ``InputRequired`` asked the client to send
+back, checked as the server's own (read through :attr:`ToolContext.request_state`)."""
+
+CLIENT_CAPABILITIES_KEY = "tool_calling.client_capabilities"
+"""The context key of what the calling MCP client said it can do (``elicitation``,
+``sampling``, ``roots``; read through :attr:`ToolContext.client_capabilities`)."""
 
 
 class ToolContext(Mapping[str, Any]):
@@ -27,6 +53,42 @@ class ToolContext(Mapping[str, Any]):
     def context(self) -> Mapping[str, Any]:
         """The data as a read-only mapping (Spring AI's ``getContext()``)."""
         return self._data
+
+    @property
+    def input_responses(self) -> Mapping[str, Any]:
+        """The client's answers to this tool's earlier ``InputRequired``, by request key.
+
+        Each value is the JSON of the answer (``{"action": "accept", "content": {...}}`` for
+        an elicitation, a sampling result, ``{"roots": [...]}``); empty on a first call.
+        """
+        return self._data.get(INPUT_RESPONSES_KEY) or {}
+
+    @property
+    def request_state(self) -> str | None:
+        """The ``request_state`` this tool's earlier ``InputRequired`` gave, sent back.
+
+        The MCP server seals what a tool gives and refuses what it did not seal, so this is
+        the tool's own text, unchanged; ``None`` on a first call.
+        """
+        return self._data.get(REQUEST_STATE_KEY)
+
+    @property
+    def client_capabilities(self) -> Mapping[str, Any]:
+        """What the calling MCP client can do (its ``capabilities`` as JSON); empty otherwise."""
+        return self._data.get(CLIENT_CAPABILITIES_KEY) or {}
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Tell the caller how far this call has come, if the caller asked; else do nothing.
+
+        An MCP client that sent a progress token gets a ``notifications/progress`` for each
+        report; other callers (a model's turn, a Celery worker) ask for none, so a tool can
+        report unconditionally. ``progress`` should grow from one report to the next.
+        """
+        reporter = self._data.get(PROGRESS_KEY)
+        if reporter is not None:
+            reporter(progress, total, message)
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]

@@ -5,14 +5,19 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from tool_calling.core.errors import ToolDefinitionError
 from tool_calling.core.tools._docstring import function_docstring
 from tool_calling.core.tools.converter import DEFAULT_CONVERT, ToolCallResultConverter
-from tool_calling.core.tools.definition import ToolDefinition, validate_tool_name
+from tool_calling.core.tools.definition import (
+    ToolAnnotations,
+    ToolDefinition,
+    ToolIcon,
+    validate_tool_name,
+)
 from tool_calling.core.tools.schema import (
     ArgumentsSchema,
     build_arguments_schema,
@@ -53,6 +58,12 @@ class ToolSpec:
     """For input-type tools: whether the function takes a ToolContext as second argument."""
     requires_approval: bool = False
     """Whether each call needs a person's approval before it runs."""
+    title: str | None = None
+    """A name for people (MCP's ``title``)."""
+    annotations: ToolAnnotations | None = None
+    """Hints about what the tool does."""
+    icons: tuple[ToolIcon, ...] = ()
+    """Icons for MCP clients."""
 
     # One per tool, built at import: writing the instance dict costs a third of the generated
     # frozen __init__ (object.__setattr__ per field); the instance stays frozen.
@@ -68,6 +79,9 @@ class ToolSpec:
         origin: str,
         passes_context: bool = False,
         requires_approval: bool = False,
+        title: str | None = None,
+        annotations: ToolAnnotations | None = None,
+        icons: tuple[ToolIcon, ...] = (),
     ) -> None:
         fields = self.__dict__
         fields["definition"] = definition
@@ -80,6 +94,9 @@ class ToolSpec:
         fields["origin"] = origin
         fields["passes_context"] = passes_context
         fields["requires_approval"] = requires_approval
+        fields["title"] = title
+        fields["annotations"] = annotations
+        fields["icons"] = icons
 
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
@@ -117,6 +134,9 @@ def build_spec(
     input_type: Any = None,
     skip_first: bool | None = None,
     requires_approval: bool = False,
+    title: str | None = None,
+    annotations: ToolAnnotations | None = None,
+    icons: Sequence[ToolIcon] = (),
 ) -> ToolSpec:
     """Validate ``function`` and build its tool spec.
 
@@ -204,7 +224,30 @@ def build_spec(
         origin=origin,
         passes_context=passes_context,
         requires_approval=bool(requires_approval),
+        title=_checked_title(title, tool_name, origin),
+        annotations=annotations,
+        icons=_checked_icons(icons, tool_name, origin),
     )
+
+
+def _checked_title(title: Any, tool_name: str, origin: str) -> str | None:
+    if title is not None and not isinstance(title, str):
+        raise ToolDefinitionError(
+            f"Tool {tool_name!r} ({origin}): title must be a str, got {type(title).__name__}."
+        )
+    return title or None
+
+
+def _checked_icons(icons: Any, tool_name: str, origin: str) -> tuple[ToolIcon, ...]:
+    checked: list[ToolIcon] = []
+    for icon in icons:
+        if not isinstance(icon, ToolIcon):
+            raise ToolDefinitionError(
+                f"Tool {tool_name!r} ({origin}): icons must be ToolIcon values, "
+                f"got {type(icon).__name__}."
+            )
+        checked.append(icon)
+    return tuple(checked)
 
 
 def get_spec(obj: Any) -> ToolSpec | None:
@@ -226,6 +269,9 @@ def tool(
     return_direct: bool = False,
     result_converter: ResultConverter | None = None,
     requires_approval: bool = False,
+    title: str | None = None,
+    annotations: ToolAnnotations | None = None,
+    icons: Sequence[ToolIcon] = (),
 ) -> Callable[[F], F]: ...
 
 
@@ -238,6 +284,9 @@ def tool(
     return_direct: bool = False,
     result_converter: ResultConverter | None = None,
     requires_approval: bool = False,
+    title: str | None = None,
+    annotations: ToolAnnotations | None = None,
+    icons: Sequence[ToolIcon] = (),
 ) -> Any:
     """Mark a function or method as a tool and return it unchanged.
 
@@ -255,6 +304,10 @@ def tool(
         requires_approval: A person must approve each call before it runs: background runs
             pause until someone approves or denies it; other turns refuse the call. Synced to
             the tool's admin flag, which operators cannot turn off while the code says so.
+        title: A name for people, shown by MCP clients (never sent to the model).
+        annotations: Hints about what the tool does (read-only, destructive, idempotent,
+            open-world), served over MCP; they never lift a check.
+        icons: Icons for MCP clients.
 
     Returns:
         The function itself (or, without ``func``, a decorator).
@@ -278,6 +331,9 @@ def tool(
             result_converter=result_converter,
             skip_first=skip_first,
             requires_approval=requires_approval,
+            title=title,
+            annotations=annotations,
+            icons=icons,
         )
         setattr(function, SPEC_ATTRIBUTE, spec)
         return target

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from tool_calling.core.errors import ToolDefinitionError
 
-__all__ = ["JsonSchema", "ToolDefinition", "ToolMetadata", "validate_tool_name"]
+__all__ = [
+    "JsonSchema",
+    "ToolAnnotations",
+    "ToolDefinition",
+    "ToolIcon",
+    "ToolMetadata",
+    "validate_tool_name",
+]
 
 JsonSchema = dict[str, Any]
 
@@ -137,6 +144,86 @@ def _check_input_schema(name: str, schema: Any) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolAnnotations:
+    """Hints about what a tool does, for MCP clients and the people using them.
+
+    Hints only (``None``: not said): nothing in this project lifts a check because of them, and
+    an MCP client should not either unless it trusts the server.
+    """
+
+    read_only_hint: bool | None = None
+    """The tool changes nothing (MCP's ``readOnlyHint``)."""
+    destructive_hint: bool | None = None
+    """The tool may destroy or overwrite data (``destructiveHint``)."""
+    idempotent_hint: bool | None = None
+    """Calling it again with the same arguments changes nothing more (``idempotentHint``)."""
+    open_world_hint: bool | None = None
+    """It reaches beyond this system: the web, other services (``openWorldHint``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise ToolDefinitionError(
+                    f"ToolAnnotations {name} must be True, False or None, got {value!r}."
+                )
+
+    def as_mcp(self) -> dict[str, bool]:
+        """The hints that were said, under MCP's names (``readOnlyHint``, ...)."""
+        names = {
+            "readOnlyHint": self.read_only_hint,
+            "destructiveHint": self.destructive_hint,
+            "idempotentHint": self.idempotent_hint,
+            "openWorldHint": self.open_world_hint,
+        }
+        return {key: value for key, value in names.items() if value is not None}
+
+    @classmethod
+    def from_mcp(cls, hints: Any) -> ToolAnnotations:
+        """Annotations from MCP's names (unknown keys and non-booleans are left out)."""
+        hints = hints if isinstance(hints, dict) else {}
+
+        def flag(key: str) -> bool | None:
+            value = hints.get(key)
+            return value if isinstance(value, bool) else None
+
+        return cls(
+            read_only_hint=flag("readOnlyHint"),
+            destructive_hint=flag("destructiveHint"),
+            idempotent_hint=flag("idempotentHint"),
+            open_world_hint=flag("openWorldHint"),
+        )
+
+
+@dataclass(frozen=True)
+class ToolIcon:
+    """An icon an MCP client may show beside the tool."""
+
+    src: str
+    """Its URL (``https:`` or a ``data:`` URI)."""
+    mime_type: str | None = None
+    """Its media type (``image/png``, ``image/svg+xml``), if known."""
+    sizes: tuple[str, ...] = ()
+    """The sizes it comes in (``"48x48"``, ``"any"``)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.src, str) or not self.src.startswith(("https://", "data:")):
+            raise ToolDefinitionError(
+                f"ToolIcon src must be an https: URL or a data: URI, got {self.src!r}."
+            )
+        object.__setattr__(self, "sizes", tuple(self.sizes))
+
+    def as_mcp(self) -> dict[str, Any]:
+        """The icon as MCP writes it."""
+        icon: dict[str, Any] = {"src": self.src}
+        if self.mime_type:
+            icon["mimeType"] = self.mime_type
+        if self.sizes:
+            icon["sizes"] = list(self.sizes)
+        return icon
+
+
+@dataclass(frozen=True, kw_only=True)
 class ToolMetadata:
     """How the framework treats a tool: its result, its approval, how it is found."""
 
@@ -149,6 +236,12 @@ class ToolMetadata:
     tags: tuple[str, ...] = ()
     """Extra words tool search finds the tool by (synonyms, the product it belongs to, ...);
     never sent to the model."""
+    title: str | None = None
+    """A name for people (MCP's ``title``: what a client shows); never sent to the model."""
+    annotations: ToolAnnotations = field(default_factory=ToolAnnotations)
+    """Hints about what the tool does (read-only, destructive, ...), served over MCP."""
+    icons: tuple[ToolIcon, ...] = ()
+    """Icons an MCP client may show beside the tool."""
 
     def __post_init__(self) -> None:
         tags = self.tags
@@ -157,3 +250,4 @@ class ToolMetadata:
                 f"ToolMetadata tags must be a sequence of strings, got {tags!r}."
             )
         object.__setattr__(self, "tags", tuple(tags))
+        object.__setattr__(self, "icons", tuple(self.icons))

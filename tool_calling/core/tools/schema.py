@@ -8,6 +8,7 @@ import collections.abc
 import concurrent.futures
 import contextlib
 import copy
+import dataclasses
 import datetime
 import decimal
 import inspect
@@ -35,7 +36,7 @@ from typing import (
 import pydantic
 import pydantic_core
 from pydantic.fields import FieldInfo
-from typing_extensions import TypedDict
+from typing_extensions import TypedDict, is_typeddict
 
 from tool_calling.core.errors import ToolArgumentsError, ToolDefinitionError
 from tool_calling.core.tools._docstring import parse_docstring
@@ -1070,3 +1071,31 @@ def parse_arguments_object(tool_name: str, tool_input: str | None) -> dict[str, 
     if not _plainly_unique(tool_input, value):
         _check_json_text(tool_name, tool_input)
     return value
+
+
+_output_schemas: dict[Any, JsonSchema | None] = {}
+_output_schema_lock = threading.Lock()
+
+
+def output_schema(return_type: Any) -> JsonSchema | None:
+    """The JSON Schema of a structured return type, or ``None`` when the type is not one.
+
+    Structured means a pydantic model, a dataclass or a TypedDict: a JSON object whose fields
+    a program can read (MCP's ``outputSchema``, and the ``structuredContent`` checked against
+    it). Built once per type, on first use, never at import.
+    """
+    if not (
+        (isinstance(return_type, type) and issubclass(return_type, pydantic.BaseModel))
+        or (isinstance(return_type, type) and dataclasses.is_dataclass(return_type))
+        or is_typeddict(return_type)
+    ):
+        return None
+    with _output_schema_lock:
+        if return_type not in _output_schemas:
+            try:
+                schema = pydantic.TypeAdapter(return_type).json_schema(mode="serialization")
+            except pydantic.PydanticUserError:
+                # typing.TypedDict before Python 3.12, say: the result is still sent as text.
+                schema = {}
+            _output_schemas[return_type] = schema if schema.get("type") == "object" else None
+        return _output_schemas[return_type]
