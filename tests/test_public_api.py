@@ -171,6 +171,8 @@ def test_tool_decorator_signature() -> None:
         ("result_converter", KW, None),
         # Issue 6: the "@tool option" of approval gates, after the contract's keywords.
         ("requires_approval", KW, False),
+        # The user's confirmation of a call (a bool or a callable of the arguments).
+        ("requires_confirmation", KW, False),
     ]
 
 

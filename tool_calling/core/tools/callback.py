@@ -235,6 +235,7 @@ class FunctionToolCallback(ToolCallback):
                 input_type=input_type,
                 skip_first=inspect.ismethod(function) or (base.takes_self if base else None),
                 requires_approval=base.requires_approval if base else False,
+                requires_confirmation=base.requires_confirmation if base else False,
             )
         if spec.takes_self and not inspect.ismethod(function):
             raise ToolDefinitionError(
@@ -244,7 +245,9 @@ class FunctionToolCallback(ToolCallback):
         self._function = function
         self._spec = spec
         metadata = ToolMetadata(
-            return_direct=spec.return_direct, requires_approval=spec.requires_approval
+            return_direct=spec.return_direct,
+            requires_approval=spec.requires_approval,
+            requires_confirmation=spec.requires_confirmation,
         )
         if not self._derived:
             self.definition = spec.definition

@@ -53,6 +53,8 @@ class ToolSpec:
     """For input-type tools: whether the function takes a ToolContext as second argument."""
     requires_approval: bool = False
     """Whether each call needs a person's approval before it runs."""
+    requires_confirmation: bool | Callable[[Any], bool] = False
+    """Whether (or, a callable of the arguments, when) a call needs the user's confirmation."""
 
     # One per tool, built at import: writing the instance dict costs a third of the generated
     # frozen __init__ (object.__setattr__ per field); the instance stays frozen.
@@ -68,6 +70,7 @@ class ToolSpec:
         origin: str,
         passes_context: bool = False,
         requires_approval: bool = False,
+        requires_confirmation: bool | Callable[[Any], bool] = False,
     ) -> None:
         fields = self.__dict__
         fields["definition"] = definition
@@ -80,6 +83,7 @@ class ToolSpec:
         fields["origin"] = origin
         fields["passes_context"] = passes_context
         fields["requires_approval"] = requires_approval
+        fields["requires_confirmation"] = requires_confirmation
 
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
@@ -117,6 +121,7 @@ def build_spec(
     input_type: Any = None,
     skip_first: bool | None = None,
     requires_approval: bool = False,
+    requires_confirmation: bool | Callable[[Any], bool] = False,
 ) -> ToolSpec:
     """Validate ``function`` and build its tool spec.
 
@@ -204,6 +209,16 @@ def build_spec(
         origin=origin,
         passes_context=passes_context,
         requires_approval=bool(requires_approval),
+        requires_confirmation=_confirmation_flag(tool_name, origin, requires_confirmation),
+    )
+
+
+def _confirmation_flag(name: str, origin: str, flag: Any) -> bool | Callable[[Any], bool]:
+    if isinstance(flag, bool) or (callable(flag) and not isinstance(flag, type)):
+        return flag
+    raise ToolDefinitionError(
+        f"Tool {name!r} ({origin}): requires_confirmation must be a bool or a callable taking "
+        f"the call's arguments (a dict), got {type(flag).__name__}."
     )
 
 
@@ -226,6 +241,7 @@ def tool(
     return_direct: bool = False,
     result_converter: ResultConverter | None = None,
     requires_approval: bool = False,
+    requires_confirmation: bool | Callable[[Any], bool] = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -238,6 +254,7 @@ def tool(
     return_direct: bool = False,
     result_converter: ResultConverter | None = None,
     requires_approval: bool = False,
+    requires_confirmation: bool | Callable[[Any], bool] = False,
 ) -> Any:
     """Mark a function or method as a tool and return it unchanged.
 
@@ -255,6 +272,11 @@ def tool(
         requires_approval: A person must approve each call before it runs: background runs
             pause until someone approves or denies it; other turns refuse the call. Synced to
             the tool's admin flag, which operators cannot turn off while the code says so.
+        requires_confirmation: The user whose turn it is must confirm a call before it runs:
+            ``True`` for every call, or a callable of the call's arguments (a dict) that says
+            which (``lambda args: args["amount"] > 100``). The manager then runs none of the
+            reply's calls until each waiting call has a decision (allow, allow with edited
+            arguments, deny).
 
     Returns:
         The function itself (or, without ``func``, a decorator).
@@ -278,6 +300,7 @@ def tool(
             result_converter=result_converter,
             skip_first=skip_first,
             requires_approval=requires_approval,
+            requires_confirmation=requires_confirmation,
         )
         setattr(function, SPEC_ATTRIBUTE, spec)
         return target
