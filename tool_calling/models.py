@@ -72,6 +72,14 @@ class Tool(models.Model):
         default=False,
         help_text=_("A person must approve each call before it runs."),
     )
+    requires_confirmation = models.BooleanField(
+        _("requires the user's confirmation"),
+        default=False,
+        help_text=_(
+            "The person whose turn it is must confirm each call before it runs (with approval "
+            "too: the user confirms first, then an approver approves)."
+        ),
+    )
     execution_mode = models.CharField(
         _("execution mode"),
         max_length=16,
@@ -421,6 +429,14 @@ class ExecutionStatus(models.TextChoices):
     DENIED = "denied", _("Denied")
 
 
+class Deciders(models.TextChoices):
+    """Who decides a waiting call: the turn's user, an approver, or both in that order."""
+
+    APPROVER = "approver", _("An approver")
+    USER = "user", _("The user")
+    USER_THEN_APPROVER = "user+approver", _("The user, then an approver")
+
+
 class ApprovalDecision(models.TextChoices):
     """What became of a call that needed a person's approval."""
 
@@ -529,6 +545,26 @@ class ToolExecution(models.Model):
         help_text=_("Who approved or denied the call."),
     )
     decided_at = models.DateTimeField(_("decided"), null=True, blank=True)
+    deciders = models.CharField(
+        _("decided by whom"),
+        max_length=16,
+        choices=Deciders.choices,
+        default=Deciders.APPROVER,
+        help_text=_(
+            "For a call that waits for a decision: the user's confirmation, an approver's "
+            "approval, or both (the user first)."
+        ),
+    )
+    confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("confirmed by"),
+        help_text=_("The user who confirmed the call before an approver decided it."),
+    )
+    confirmed_at = models.DateTimeField(_("confirmed"), null=True, blank=True)
     decision_reason = models.TextField(
         _("decision reason"),
         blank=True,

@@ -111,6 +111,8 @@ class CallRules:
 
     requires_approval: bool = False
     """A person must approve the call first."""
+    requires_confirmation: bool = False
+    """The user whose turn it is must confirm the call first (before an approver, if both)."""
     permission: str = ""
     """A Django permission the user must hold (``app_label.codename``); blank: none."""
     quota_per_user: int | None = None
@@ -136,6 +138,7 @@ class CallRules:
         return dataclasses.replace(
             rules,
             requires_approval=bool(rules.requires_approval),
+            requires_confirmation=bool(rules.requires_confirmation),
             idempotent=bool(rules.idempotent),
         )
 

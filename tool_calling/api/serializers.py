@@ -17,6 +17,7 @@ from rest_framework.reverse import reverse
 from tool_calling import models
 from tool_calling.api._digits import whole_number
 from tool_calling.api.errors import json_type
+from tool_calling.calls import approvals
 from tool_calling.conf import settings as app_settings
 from tool_calling.search import discovered_tools
 
@@ -317,6 +318,17 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
         help_text="Whose turn made the call (their username); null for calls made without a user.",
     )
     augmented_arguments = serializers.DictField(read_only=True, help_text=_AUGMENTED_HELP)
+    confirmed_by = serializers.SlugRelatedField(
+        slug_field="username",
+        read_only=True,
+        allow_null=True,
+        help_text="Who confirmed the call before an approver decided it (their username).",
+    )
+    stage = serializers.SerializerMethodField(
+        help_text="Whose decision a waiting call waits for now: `user` (the confirmation of the "
+        "person whose turn made it; they approve it themselves) or `approver`; null when it "
+        "does not wait."
+    )
     urls = serializers.SerializerMethodField()
 
     class Meta:
@@ -333,7 +345,11 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
             "approval",
             "augmented_arguments",
             "approval_expires_at",
+            "deciders",
+            "stage",
             "requested_by",
+            "confirmed_by",
+            "confirmed_at",
             "decided_by",
             "decided_at",
             "decision_reason",
@@ -344,6 +360,13 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
             "urls",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ChoiceField(choices=["user", "approver"], allow_null=True))
+    def get_stage(self, execution: models.ToolExecution) -> str | None:
+        """``user`` or ``approver`` while the call waits; ``None`` otherwise."""
+        if execution.status != models.ExecutionStatus.AWAITING_APPROVAL:
+            return None
+        return approvals.stage(execution)
 
     @extend_schema_field(
         inline_serializer(

@@ -44,14 +44,19 @@ from tool_calling.signals import send_on_commit
 __all__ = [
     "APPROVE_PERMISSION",
     "ApprovalForbiddenError",
+    "APPROVER",
     "ApprovalStateError",
+    "USER",
     "approve",
     "can_decide",
     "deny",
     "deny_pending_for_run",
     "expire_approvals",
+    "may_decide",
+    "may_deny",
     "pending_approvals",
     "reviewable",
+    "stage",
     "waiting",
 ]
 
@@ -76,14 +81,63 @@ class ApprovalStateError(ToolCallingError):
 
 
 class ApprovalForbiddenError(ToolCallingError):
-    """This user may not approve this call: it is their own, and self-approval is off."""
+    """This user may not decide this call now (the message says why, in the user's words).
 
-    def __init__(self, execution: models.ToolExecution) -> None:
+    The call is their own and self-approval is off, or it waits for the confirmation of the
+    person whose turn it was and this is someone else.
+    """
+
+    def __init__(self, execution: models.ToolExecution, message: str | None = None) -> None:
         super().__init__(
-            f"Tool call {execution.pk} ({execution.tool_name!r}) was made in your own turn, and "
-            "APPROVALS['ALLOW_SELF_APPROVAL'] is off: another person must approve it."
+            message
+            or (
+                f"You asked for this call of {execution.tool_name!r} yourself, so another "
+                "person must approve it."
+            )
         )
         self.execution = execution
+
+
+USER = "user"
+""":func:`stage`: the call waits for the confirmation of the person whose turn it was."""
+APPROVER = "approver"
+""":func:`stage`: the call waits for an approver's approval."""
+
+
+def stage(execution: models.ToolExecution) -> str:
+    """Whose decision a waiting call waits for now: :data:`USER` or :data:`APPROVER`.
+
+    A call the user confirms and an approver approves waits for the user first.
+    """
+    deciders = execution.deciders
+    if deciders == models.Deciders.USER:
+        return USER
+    if deciders == models.Deciders.USER_THEN_APPROVER and execution.confirmed_at is None:
+        return USER
+    return APPROVER
+
+
+def may_decide(user: Any, execution: models.ToolExecution) -> bool:
+    """Whether ``user`` may approve (or confirm) ``execution`` at its current stage.
+
+    The user's stage: only the person whose turn made the call. The approver's stage: a holder
+    of ``APPROVE_PERMISSION``, and not for a call of their own turn unless
+    ``APPROVALS["ALLOW_SELF_APPROVAL"]``.
+    """
+    if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
+        return False
+    own = execution.user_id is not None and execution.user_id == user.pk
+    if stage(execution) == USER:
+        return own
+    return can_decide(user) and (not own or bool(app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]))
+
+
+def may_deny(user: Any, execution: models.ToolExecution) -> bool:
+    """Whether ``user`` may deny ``execution``: an approver, or the person whose turn made it."""
+    if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
+        return False
+    own = execution.user_id is not None and execution.user_id == user.pk
+    return own or can_decide(user)
 
 
 def can_decide(user: Any) -> bool:
@@ -221,12 +275,18 @@ def approve(
         ToolArgumentsError: the edited arguments fail the schema (nothing changed).
     """
     name = execution.tool_name
-    if (
-        not app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]
-        and execution.user_id is not None
-        and execution.user_id == getattr(user, "pk", None)
-    ):
+    own = execution.user_id is not None and execution.user_id == getattr(user, "pk", None)
+    confirming = stage(execution) == USER
+    if confirming and not own:
+        raise ApprovalForbiddenError(
+            execution,
+            f"This call of {name!r} waits for the confirmation of the person who asked for it; "
+            "only they can confirm it.",
+        )
+    if not confirming and own and not app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]:
         raise ApprovalForbiddenError(execution)
+    if confirming and execution.deciders == models.Deciders.USER_THEN_APPROVER:
+        return _confirm(execution, user=user, arguments=arguments, note=note)
     now = timezone.now()
     fields: dict[str, Any] = {
         "approval": models.ApprovalDecision.APPROVED,
@@ -280,6 +340,47 @@ def approve(
         getattr(user, "pk", None),
         " with edited arguments" if edited else "",
     )
+    return decided
+
+
+def _confirm(
+    execution: models.ToolExecution, *, user: Any, arguments: Any, note: str
+) -> models.ToolExecution:
+    """Record the user's confirmation; the call waits for an approver next."""
+    name = execution.tool_name
+    now = timezone.now()
+    fields: dict[str, Any] = {"confirmed_by": user, "confirmed_at": now}
+    edited = arguments is not None
+    with transaction.atomic():
+        row = (
+            models.ToolExecution.objects.select_for_update()
+            .filter(pk=execution.pk, status=models.ExecutionStatus.AWAITING_APPROVAL)
+            .first()
+        )
+        if row is None:
+            raise ApprovalStateError(_decided(execution))
+        if edited:
+            text = validate_arguments(name, arguments)
+            payload = dict(row.payload or {})
+            payload["arguments"] = text
+            fields.update(
+                payload=payload,
+                original_arguments=row.arguments,
+                arguments=audit_text(text, tool_name=name, field="arguments"),
+            )
+        if note.strip():
+            fields["decision_reason"] = note.strip()[:MAX_REASON_CHARS]
+        if not lifecycle.confirm(row.pk, **fields):
+            raise ApprovalStateError(_decided(execution))
+        decided = _decided(row.pk)
+        send_on_commit(
+            signals.approval_decided,
+            models.ToolExecution,
+            execution=decided,
+            decision="confirmed",
+            edited=edited,
+        )
+    logger.info("Tool call %s (%r) confirmed by its user; an approver decides next", row.pk, name)
     return decided
 
 

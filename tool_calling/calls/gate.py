@@ -15,9 +15,13 @@ it are not applied:
    groups (an MCP tool's server enabled, its definition the approved one), read now (S2).
 3. **permission**: the permissions the tool's code and its operator require, then the tool's
    own check of this call, in the end user's context (``calls.authorization``, S4).
-4. **approval**: the floor is the code's flag (``@tool(requires_approval=True)``) or the row's.
-   Unless a person approved these exact arguments, a path that can wait (a durable run) queues
-   the call for a person, and any other refuses it (S6).
+4. **approval**: who must decide the call before it runs. The user whose turn it is confirms
+   it when the code says so (``@tool(requires_confirmation=True)``, or a condition on these
+   arguments) or the row does (``Tool.requires_confirmation``); an approver approves it when
+   the code's flag (``@tool(requires_approval=True)``) or the row's says so; both, the user
+   first. The code is a floor the row can only raise. Unless the call was decided for these
+   exact arguments, a path that can wait (a durable run) queues it for its deciders
+   (``Verdict.deciders``), and any other refuses it (S6).
 5. **quota**: the call takes one from its tool's quotas, atomically (S8); a retry of a call is
    not counted again.
 6. **limit**: the turn's per-tool and total caps (``LIMITS``, the operators' overrides; S7).
@@ -41,10 +45,12 @@ from typing import Any
 
 from django.db import transaction
 
+from tool_calling import models
 from tool_calling.augmentation import split_call
 from tool_calling.calls import authorization, quotas
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.errors import ToolArgumentsError
+from tool_calling.core.execution.confirmation import needs_confirmation, parse_arguments
 from tool_calling.core.execution.plan import ToolOutcome
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
@@ -62,6 +68,8 @@ __all__ = [
     "Verdict",
     "admit",
     "approval_refusal_text",
+    "confirmation_refusal_text",
+    "deciders",
     "refusal_text",
 ]
 
@@ -109,6 +117,31 @@ def approval_refusal_text(name: str) -> str:
         f"Tool {name!r} requires a person's approval before each call, and this conversation "
         "cannot wait for one (approvals pause background runs only). The call was not made."
     )
+
+
+def confirmation_refusal_text(name: str) -> str:
+    """The text the model gets for a call the user must confirm where nobody can be asked."""
+    return (
+        f"Tool {name!r} needs the user's confirmation before each call, and this conversation "
+        "cannot wait for one (confirmations pause background runs only). The call was not made."
+    )
+
+
+def deciders(callback: ToolCallback, arguments: str | None, rules: CallRules) -> str:
+    """Who must decide a call before it runs (a ``models.Deciders`` value); blank: nobody.
+
+    The user confirms when the tool's code asks (its flag, or its condition on ``arguments``)
+    or its row does; an approver approves when the code's flag or the row's says so.
+    """
+    metadata = callback.metadata
+    approval = metadata.requires_approval or rules.requires_approval
+    confirmation = rules.requires_confirmation or (
+        bool(metadata.requires_confirmation)
+        and needs_confirmation(callback, parse_arguments(arguments) or {})
+    )
+    if confirmation:
+        return models.Deciders.USER_THEN_APPROVER if approval else models.Deciders.USER
+    return models.Deciders.APPROVER if approval else ""
 
 
 class _Unread:
@@ -167,6 +200,8 @@ class Verdict:
     """Why it was refused, as the model reads it (the error's type included)."""
     awaits_approval: bool = False
     """The call waits for a person (a path that can wait, and no approval yet)."""
+    deciders: str = ""
+    """Who it waits for, when it waits: a ``models.Deciders`` value."""
 
     @property
     def admitted(self) -> bool:
@@ -254,13 +289,17 @@ def admit(call: GateCall) -> Verdict:
         )
     if call.through is Rule.PERMISSION:
         return admitted
-    # 4. The approval floor: the code's flag or the row's.
-    if (runs.metadata.requires_approval or rules.requires_approval) and not call.approved:
+    # 4. Who decides: the user's confirmation, an approver's approval (code floor or row).
+    who = "" if call.approved else deciders(runs, own.arguments, rules)
+    if who:
         if not call.can_wait:
-            text = call.approval_text(name)
+            if who == models.Deciders.USER:
+                text = confirmation_refusal_text(name)
+            else:
+                text = call.approval_text(name)
             return _refused(call, Rule.APPROVAL, text, ToolApprovalRequiredError, rules, split)
         if call.over_limit is None:  # a call over the limit is never queued for a person
-            return Verdict(own, runs, augmented, rules, awaits_approval=True)
+            return Verdict(own, runs, augmented, rules, awaits_approval=True, deciders=who)
     if call.through is Rule.APPROVAL:
         return admitted
     # 5. Quotas; 6. the turn's limits. A call the limits refuse gives back what it took.

@@ -19,6 +19,8 @@ never both win and a late writer changes nothing. ``TRANSITIONS`` is the table t
     settle_lost    running (attempt), lease expired  unknown | failed
     kill           running (same worker)             timed_out (hard time limit)
     withdraw       pending                           timed_out (the caller gave up)
+    confirm        awaiting_approval, unconfirmed    awaiting_approval (the user confirmed;
+                                                     an approver decides next)
     approve        awaiting_approval                 pending
     deny           awaiting_approval                 denied
 
@@ -54,6 +56,7 @@ __all__ = [
     "CallRef",
     "approve",
     "claim",
+    "confirm",
     "deny",
     "end_lease",
     "finish",
@@ -88,6 +91,7 @@ TRANSITIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "settle_lost": (frozenset({S.RUNNING}), frozenset({S.OUTCOME_UNKNOWN, S.FAILED})),
     "kill": (frozenset({S.RUNNING}), frozenset({S.TIMED_OUT})),
     "withdraw": (frozenset({S.PENDING}), frozenset({S.TIMED_OUT})),
+    "confirm": (frozenset({S.AWAITING_APPROVAL}), frozenset({S.AWAITING_APPROVAL})),
     "approve": (frozenset({S.AWAITING_APPROVAL}), frozenset({S.PENDING})),
     "deny": (frozenset({S.AWAITING_APPROVAL}), frozenset({S.DENIED})),
 }
@@ -270,6 +274,7 @@ def record_for_worker(
     assistant_message_id: int | None = None,
     run_id: Any = None,
     needs_approval: bool = False,
+    deciders: str = "",
     augmented: Mapping[str, Any] | None = None,
     sent: bool = True,
 ) -> models.ToolExecution:
@@ -282,6 +287,8 @@ def record_for_worker(
     waits until a person approves it (``calls.approvals``), or expires after
     ``APPROVALS["EXPIRE_AFTER"]`` seconds. ``tool_call`` carries the tool's own arguments;
     ``augmented`` the values argument augmentation split from them (``augmentation``).
+    ``deciders`` says who decides a call that waits (``models.Deciders``; an approver when
+    blank).
 
     Raises:
         ToolCallingError: the tool context is not JSON.
@@ -309,6 +316,7 @@ def record_for_worker(
             else models.ApprovalDecision.NOT_REQUIRED
         ),
         approval_expires_at=expires,
+        deciders=deciders or models.Deciders.APPROVER,
         # Sent once committed (calls.dispatch): marked now, cleared if the publish fails.
         dispatched_at=timezone.now() if sent and not needs_approval else None,
         mode=models.ExecutionMode.CELERY,
@@ -646,6 +654,14 @@ def withdraw(ref: CallRef, text: str) -> bool:
 
 
 # -- decisions ----------------------------------------------------------------------------------
+
+
+def confirm(execution_id: int, **fields: Any) -> bool:
+    """Record the user's confirmation of a call an approver decides next (who, when, edits)."""
+    guarded = _guarded("confirm", execution_id, S.AWAITING_APPROVAL).filter(
+        confirmed_at__isnull=True
+    )
+    return bool(guarded.update(**fields))
 
 
 def approve(execution_id: int, **fields: Any) -> bool:

@@ -392,6 +392,7 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                 assistant_message_id=last.pk,
                 run_id=run.pk,
                 needs_approval=verdict.awaits_approval,
+                deciders=verdict.deciders,
                 augmented=verdict.augmented,
                 sent=not here,
             )

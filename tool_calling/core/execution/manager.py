@@ -203,6 +203,11 @@ class DefaultToolCallingManager(ToolCallingManager):
             a call runs none of its calls: ``ToolCallConfirmationRequiredError`` lists them.
     """
 
+    decides_confirmation: bool = True
+    """Whether this manager stops a reply for calls that need confirmation. A subclass whose own
+    rules decide who confirms a call (a governed manager, whose gate queues it for the user)
+    sets it false; decisions given to it still apply."""
+
     def __init__(
         self,
         *,
@@ -477,6 +482,8 @@ class DefaultToolCallingManager(ToolCallingManager):
         """
         calls = assistant.tool_calls
         by_id = index_decisions(decisions, calls) if decisions else {}
+        if not self.decides_confirmation and not by_id:
+            return assistant, {}
         callbacks = self._request_callbacks(options)
         policy = self.confirmation_policy
         if policy is None and not by_id:

@@ -1,0 +1,257 @@
+"""Who decides a waiting call: the user's confirmation, an approver's approval, or both in order.
+
+Durable runs over the API (Celery eager, as in tests.settings): the gate queues the call for its
+deciders, the decision comes from the API, the run goes on.
+"""
+
+import json
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import override_settings
+
+from tests.django._api import client_for, url
+from tests.django._tools import registered, tool_calling_settings
+from tool_calling import models, tool
+from tool_calling.calls import approvals, gate
+from tool_calling.core.chat.messages import ToolCall
+from tool_calling.core.tools.callback import FunctionToolCallback
+from tool_calling.sync import sync_tools
+from tool_calling.testing import text, tool_call, tool_calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RAN: list[tuple[str, object]] = []
+
+
+@tool(requires_confirmation=True)
+def conf_delete(path: str) -> str:
+    """Delete a file (the user confirms each deletion)."""
+    RAN.append(("conf_delete", path))
+    return f"deleted {path}"
+
+
+@tool(requires_confirmation=True, requires_approval=True)
+def conf_wire(amount: int) -> str:
+    """Wire money (the user confirms, then an approver approves)."""
+    RAN.append(("conf_wire", amount))
+    return f"wired {amount}"
+
+
+@tool(requires_confirmation=lambda args: args["amount"] > 100)
+def conf_refund(order: str, amount: int) -> str:
+    """Refund an order (the user confirms refunds over 100)."""
+    RAN.append(("conf_refund", (order, amount)))
+    return f"refunded {amount} on {order}"
+
+
+@tool
+def conf_lookup(order: str) -> str:
+    """Look an order up."""
+    RAN.append(("conf_lookup", order))
+    return f"order {order}: paid"
+
+
+TOOLS = (conf_delete, conf_wire, conf_refund, conf_lookup)
+
+
+@pytest.fixture(autouse=True)
+def confirmation_tools():
+    RAN.clear()
+    with registered(*TOOLS):
+        yield
+
+
+@pytest.fixture
+def alice():
+    return User.objects.create_user("alice", password="pw")
+
+
+@pytest.fixture
+def bob():
+    return User.objects.create_user("bob", password="pw")
+
+
+@pytest.fixture
+def approver():
+    user = User.objects.create_user("staff", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
+    return user
+
+
+def start(user, script, *steps, text_="Do it"):
+    script(*steps)
+    conversation = models.Conversation.objects.create(owner=user)
+    response = client_for(user).post(
+        url("conversation-messages", conversation.pk), {"text": text_}, format="json"
+    )
+    assert response.status_code == 202, response.data
+    return models.Run.objects.get(pk=response.data["id"])
+
+
+def waiting(run, name):
+    return models.ToolExecution.objects.get(run=run, tool_name=name)
+
+
+def approve(user, execution, **body):
+    return client_for(user).post(url("tool-execution-approve", execution.pk), body, format="json")
+
+
+def test_the_user_confirms_their_own_call_and_nobody_else_can(alice, bob, approver, script):
+    run = start(
+        alice,
+        script,
+        tool_calls(tool_call("conf_delete", path="/tmp/a")),
+        text("Deleted."),
+    )
+    run.refresh_from_db()
+    assert run.status == "awaiting_approval"
+    call = waiting(run, "conf_delete")
+    assert (call.status, call.deciders) == ("awaiting_approval", "user")
+    assert RAN == []
+    own = client_for(alice).get(url("tool-execution-detail", call.pk)).data
+    assert (own["stage"], own["deciders"]) == ("user", "user")
+
+    # An approver is not the person whose turn it is: refused, in words for a person.
+    refused = approve(approver, call)
+    assert refused.status_code == 403
+    assert str(refused.data["detail"]) == (
+        "This call of 'conf_delete' waits for the confirmation of the person who asked for it; "
+        "only they can confirm it."
+    )
+    # Another user does not even see it.
+    assert approve(bob, call).status_code == 404
+    assert RAN == []
+
+    confirmed = approve(alice, call)
+    assert confirmed.status_code == 200, confirmed.data
+    assert RAN == [("conf_delete", "/tmp/a")]
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    call.refresh_from_db()
+    assert (call.status, call.approval, call.decided_by_id) == ("succeeded", "approved", alice.pk)
+
+
+def test_both_kinds_in_order_the_user_first_then_an_approver(alice, approver, script):
+    run = start(alice, script, tool_calls(tool_call("conf_wire", amount=500)), text("Wired."))
+    call = waiting(run, "conf_wire")
+    assert call.deciders == "user+approver"
+    # The approver cannot decide before the user confirmed.
+    assert approve(approver, call).status_code == 403
+
+    confirmed = approve(alice, call)
+    assert confirmed.status_code == 200, confirmed.data
+    assert (confirmed.data["stage"], confirmed.data["confirmed_by"]) == ("approver", "alice")
+    assert confirmed.data["status"] == "awaiting_approval"
+    assert RAN == []  # confirmed is not approved: still waiting for four eyes
+
+    # The user cannot also be the approver (self-approval is off by default).
+    again = approve(alice, call)
+    assert again.status_code == 403
+    assert str(again.data["detail"]) == (
+        "You asked for this call of 'conf_wire' yourself, so another person must approve it."
+    )
+
+    approved = approve(approver, call)
+    assert approved.status_code == 200, approved.data
+    assert RAN == [("conf_wire", 500)]
+    call.refresh_from_db()
+    assert (call.confirmed_by_id, call.decided_by_id) == (alice.pk, approver.pk)
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    decided = [
+        e.data["decision"] for e in run.events.order_by("sequence") if e.kind == "approval_decided"
+    ]
+    assert decided == ["confirmed", "approved"]
+
+
+def test_the_condition_on_the_arguments_decides_per_call(alice, script):
+    """``amount > 100``: 50 runs at once, 250 waits for the user."""
+    run = start(
+        alice,
+        script,
+        tool_calls(tool_call("conf_refund", order="A1", amount=50)),
+        tool_calls(tool_call("conf_refund", order="A1", amount=250)),
+        text("Refunded."),
+    )
+    assert RAN == [("conf_refund", ("A1", 50))]
+    run.refresh_from_db()
+    assert run.status == "awaiting_approval"
+    big = models.ToolExecution.objects.get(run=run, status="awaiting_approval")
+    assert json.loads(big.payload["arguments"]) == {"order": "A1", "amount": 250}
+    assert big.deciders == "user"
+
+
+def test_the_user_may_deny_with_a_reason_the_model_reads(alice, script):
+    run = start(alice, script, tool_calls(tool_call("conf_delete", path="/etc")), text("OK."))
+    call = waiting(run, "conf_delete")
+    denied = client_for(alice).post(
+        url("tool-execution-deny", call.pk), {"reason": "Not that one."}, format="json"
+    )
+    assert denied.status_code == 200
+    assert RAN == []
+    call.refresh_from_db()
+    assert call.status == "denied"
+    assert call.result == (
+        "The call to tool 'conf_delete' was denied by a reviewer and was not run. "
+        "Reason: Not that one."
+    )
+
+
+def test_an_operator_can_ask_for_confirmation_where_the_code_does_not(alice, script):
+    sync_tools()
+    models.Tool.objects.filter(name="conf_lookup").update(requires_confirmation=True)
+    run = start(alice, script, tool_calls(tool_call("conf_lookup", order="A1")), text("Paid."))
+    assert waiting(run, "conf_lookup").deciders == "user"
+    assert RAN == []
+
+
+def test_the_code_flag_is_a_floor_the_sync_restores(alice):
+    sync_tools()
+    assert models.Tool.objects.get(name="conf_delete").requires_confirmation is True
+    # A condition on the arguments is applied per call by the gate, not stored on the row.
+    assert models.Tool.objects.get(name="conf_refund").requires_confirmation is False
+    models.Tool.objects.filter(name="conf_delete").update(requires_confirmation=False)
+    sync_tools()
+    assert models.Tool.objects.get(name="conf_delete").requires_confirmation is True
+
+
+def test_a_path_that_cannot_wait_refuses_with_words_for_the_model(alice):
+    """In-process turns (and MCP calls) cannot wait for the user: the gate refuses the call."""
+    sync_tools()
+    models.Tool.objects.filter(name__startswith="conf_").update(enabled=True)
+    verdict = gate.admit(
+        gate.GateCall(
+            ToolCall("c1", "conf_delete", '{"path": "/a"}'),
+            FunctionToolCallback(conf_delete),
+            user=alice,
+        )
+    )
+    assert verdict.refused_by is gate.Rule.APPROVAL
+    assert verdict.text == (
+        "Tool 'conf_delete' needs the user's confirmation before each call, and this "
+        "conversation cannot wait for one (confirmations pause background runs only). The call "
+        "was not made."
+    )
+    small = gate.admit(
+        gate.GateCall(
+            ToolCall("c2", "conf_refund", '{"order": "A1", "amount": 5}'),
+            FunctionToolCallback(conf_refund),
+            user=alice,
+        )
+    )
+    assert small.admitted
+
+
+def test_self_approval_on_lets_the_user_also_approve_after_confirming(alice, script):
+    alice.user_permissions.add(Permission.objects.get(codename="approve_toolexecution"))
+    run = start(alice, script, tool_calls(tool_call("conf_wire", amount=5)), text("Wired."))
+    call = waiting(run, "conf_wire")
+    with override_settings(
+        TOOL_CALLING=tool_calling_settings(APPROVALS={"ALLOW_SELF_APPROVAL": True})
+    ):
+        assert approve(alice, call).status_code == 200
+        call.refresh_from_db()
+        assert approvals.stage(call) == approvals.APPROVER
+        assert approve(alice, call).status_code == 200
+    assert RAN == [("conf_wire", 5)]
