@@ -12,6 +12,7 @@ from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
 from tool_calling.conf import broker_visibility_timeout, hard_time_limit
@@ -990,6 +991,94 @@ class PendingApproval(ToolExecution):
         verbose_name = _("call awaiting approval")
         verbose_name_plural = _("calls awaiting approval")
         default_permissions = ()
+
+
+class DecisionPolicy(models.Model):
+    """An operator's rule that some calls wait for the user's confirmation or an approver.
+
+    Matched at call time by the gate (``calls.policies``), on top of what each tool's code and
+    row say: a policy can ask for more decisions, never fewer. Every criterion that is set must
+    hold: the tool's name (a glob pattern), its source, the pinned ``destructiveHint`` of an MCP
+    server's tool, and a condition on the call's arguments.
+    """
+
+    name = models.CharField(
+        _("name"), max_length=200, help_text=_("What the policy is for, for operators.")
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    tool_pattern = models.CharField(
+        _("tool name pattern"),
+        max_length=200,
+        blank=True,
+        help_text=_(
+            "A shell-style pattern of tool names (refund_*, github__delete_*); blank: any tool."
+        ),
+    )
+    source = models.CharField(
+        _("source"),
+        max_length=200,
+        blank=True,
+        help_text=_(
+            "Only tools of this source: an app label, or mcp:<alias> for an MCP server's tools; "
+            "blank: any source."
+        ),
+    )
+    destructive_only = models.BooleanField(
+        _("destructive MCP tools only"),
+        default=False,
+        help_text=_(
+            "Only tools of MCP servers whose pinned definition says destructiveHint: true (a "
+            "server's hint can add a decision here, never remove one)."
+        ),
+    )
+    condition = models.CharField(
+        _("condition"),
+        max_length=300,
+        blank=True,
+        help_text=_(
+            "The dotted path of a function taking the call's arguments (a dict) and returning "
+            "whether the policy applies (myapp.policies.large_amount); blank: every call."
+        ),
+    )
+    requires_confirmation = models.BooleanField(
+        _("requires the user's confirmation"),
+        default=False,
+        help_text=_("The person whose turn it is confirms each matching call before it runs."),
+    )
+    requires_approval = models.BooleanField(
+        _("requires approval"),
+        default=False,
+        help_text=_("An approver approves each matching call (after the user, if both)."),
+    )
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        ordering = ["name", "pk"]
+        verbose_name = _("decision policy")
+        verbose_name_plural = _("decision policies")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Check that the policy asks for something and that its condition can be imported."""
+        errors: dict[str, Any] = {}
+        if not self.requires_confirmation and not self.requires_approval:
+            errors["requires_confirmation"] = _(
+                "A policy must ask for the user's confirmation, an approval, or both."
+            )
+        if self.condition:
+            try:
+                found = import_string(self.condition)
+            except ImportError:
+                errors["condition"] = _("%(path)r cannot be imported.") % {"path": self.condition}
+            else:
+                if not callable(found):
+                    errors["condition"] = _("%(path)r is not a function.") % {
+                        "path": self.condition
+                    }
+        if errors:
+            raise ValidationError(errors)
 
 
 # --- MCP servers (issue 13) -----------------------------------------------------------------------

@@ -13,7 +13,7 @@ from django.test import override_settings
 from tests.django._api import client_for, url
 from tests.django._tools import registered, tool_calling_settings
 from tool_calling import models, tool
-from tool_calling.calls import approvals, gate
+from tool_calling.calls import approvals, gate, policies
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.tools.callback import FunctionToolCallback
 from tool_calling.sync import sync_tools
@@ -255,3 +255,142 @@ def test_self_approval_on_lets_the_user_also_approve_after_confirming(alice, scr
         assert approvals.stage(call) == approvals.APPROVER
         assert approve(alice, call).status_code == 200
     assert RAN == [("conf_wire", 5)]
+
+
+# -- operators' decision policies ---------------------------------------------------------------
+
+
+def big_amount(arguments):
+    """A policy condition (referenced by its dotted path below)."""
+    return arguments.get("amount", 0) > 1000
+
+
+def test_a_policy_by_name_pattern_asks_an_approver(alice, script):
+    models.DecisionPolicy.objects.create(
+        name="lookups", tool_pattern="conf_look*", requires_approval=True
+    )
+    run = start(alice, script, tool_calls(tool_call("conf_lookup", order="A1")), text("Paid."))
+    assert waiting(run, "conf_lookup").deciders == "approver"
+    assert RAN == []
+
+
+def test_a_policy_adds_to_the_code_and_never_lifts_it(alice, script):
+    """The code asks for the user; a policy adds an approver: both, the user first."""
+    models.DecisionPolicy.objects.create(
+        name="deletes", tool_pattern="conf_delete", requires_approval=True
+    )
+    run = start(alice, script, tool_calls(tool_call("conf_delete", path="/a")), text("OK."))
+    assert waiting(run, "conf_delete").deciders == "user+approver"
+
+
+def test_a_policy_condition_reads_the_arguments(alice, script):
+    models.DecisionPolicy.objects.create(
+        name="big refunds",
+        tool_pattern="conf_*",
+        condition="tests.django.test_confirmation.big_amount",
+        requires_approval=True,
+    )
+    run = start(
+        alice,
+        script,
+        tool_calls(tool_call("conf_refund", order="A1", amount=20)),
+        tool_calls(tool_call("conf_refund", order="A1", amount=5000)),
+        text("Done."),
+    )
+    assert RAN == [("conf_refund", ("A1", 20))]
+    held = models.ToolExecution.objects.get(run=run, status="awaiting_approval")
+    # The code asks the user for amounts over 100, the policy an approver over 1000.
+    assert held.deciders == "user+approver"
+
+
+def test_a_disabled_policy_and_another_source_do_not_apply(alice, script):
+    sync_tools()
+    models.DecisionPolicy.objects.create(
+        name="off", tool_pattern="conf_lookup", enabled=False, requires_approval=True
+    )
+    models.DecisionPolicy.objects.create(
+        name="other source", source="mcp:elsewhere", requires_confirmation=True
+    )
+    run = start(alice, script, tool_calls(tool_call("conf_lookup", order="A1")), text("Paid."))
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    assert RAN == [("conf_lookup", "A1")]
+
+
+def test_a_policy_by_source_and_by_destructive_hint(alice):
+    """An MCP server's tools by source; only those its pinned hints call destructive."""
+    sync_tools()
+    server = models.McpServer.objects.create(alias="files", transport="stdio", command="true")
+    lookup = models.Tool.objects.get(name="conf_lookup")
+    lookup.source = "mcp:files"
+    lookup.save()
+    link = models.McpServerTool.objects.create(
+        server=server, tool=lookup, server_name="lookup", annotations={"readOnlyHint": True}
+    )
+    policies.forget_policies()
+    models.DecisionPolicy.objects.create(
+        name="files server", source="mcp:files", requires_confirmation=True
+    )
+    models.DecisionPolicy.objects.create(
+        name="destructive", destructive_only=True, requires_approval=True
+    )
+    assert policies.policy_deciders("conf_lookup", {}) == (True, False)
+    assert policies.policy_deciders("conf_delete", {}) == (False, False)  # not from that server
+    link.annotations = {"destructiveHint": True}
+    link.save()
+    assert policies.policy_deciders("conf_lookup", {}) == (True, True)
+    link.annotations = {}  # MCP's default: a tool that is not read-only may be destructive
+    link.save()
+    assert policies.policy_deciders("conf_lookup", {}) == (True, True)
+
+
+def test_mcp_and_in_process_paths_obey_a_policy_through_the_gate(alice):
+    """A path that cannot wait refuses the call a policy gates (as it does for approvals)."""
+    sync_tools()
+    models.DecisionPolicy.objects.create(
+        name="lookups", tool_pattern="conf_lookup", requires_approval=True
+    )
+    verdict = gate.admit(
+        gate.GateCall(
+            ToolCall("c1", "conf_lookup", '{"order": "A1"}'),
+            FunctionToolCallback(conf_lookup),
+            user=alice,
+        )
+    )
+    assert verdict.refused_by is gate.Rule.APPROVAL
+    assert verdict.text == gate.approval_refusal_text("conf_lookup")
+
+
+def test_a_policy_must_ask_for_something_and_name_a_function():
+    from django.core.exceptions import ValidationError
+
+    policy = models.DecisionPolicy(name="nothing", condition="tests.django.nope.missing")
+    with pytest.raises(ValidationError) as info:
+        policy.full_clean()
+    assert info.value.message_dict == {
+        "requires_confirmation": [
+            "A policy must ask for the user's confirmation, an approval, or both."
+        ],
+        "condition": ["'tests.django.nope.missing' cannot be imported."],
+    }
+    good = models.DecisionPolicy(
+        name="ok", condition="tests.django.test_confirmation.big_amount", requires_approval=True
+    )
+    good.full_clean()
+
+
+def test_a_process_reads_the_policies_once_and_again_after_a_change():
+    """No query per call: one read, kept; a save here drops the copy at once."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def reads():
+        with CaptureQueriesContext(connection) as captured:
+            policies.policy_deciders("conf_lookup", {})
+            policies.policy_deciders("conf_delete", {})
+        return sum("tool_calling_decisionpolicy" in q["sql"] for q in captured.captured_queries)
+
+    assert reads() == 1
+    assert reads() == 0
+    models.DecisionPolicy.objects.create(name="new", tool_pattern="x", requires_approval=True)
+    assert reads() == 1

@@ -7,11 +7,13 @@ from tool_calling.admin.approvals import ApprovalQueueAdmin
 from tool_calling.admin.conversations import ConversationAdmin
 from tool_calling.admin.executions import ToolExecutionAdmin
 from tool_calling.admin.mcp import McpServerAdmin, McpServerToolAdmin
+from tool_calling.admin.policies import DecisionPolicyAdmin
 from tool_calling.admin.tools import ToolAdmin, ToolLimitOverrideInline
 
 __all__ = [
     "ApprovalQueueAdmin",
     "ConversationAdmin",
+    "DecisionPolicyAdmin",
     "McpServerAdmin",
     "McpServerToolAdmin",
     "ToolAdmin",

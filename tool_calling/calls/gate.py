@@ -19,9 +19,11 @@ it are not applied:
    it when the code says so (``@tool(requires_confirmation=True)``, or a condition on these
    arguments) or the row does (``Tool.requires_confirmation``); an approver approves it when
    the code's flag (``@tool(requires_approval=True)``) or the row's says so; both, the user
-   first. The code is a floor the row can only raise. Unless the call was decided for these
-   exact arguments, a path that can wait (a durable run) queues it for its deciders
-   (``Verdict.deciders``), and any other refuses it (S6).
+   first. Operators' decision policies (``calls.policies``: by name pattern, source, an MCP
+   tool's pinned ``destructiveHint``, a condition on the arguments) add to both. The code is
+   a floor the row can only raise. Unless the call was decided for these exact arguments, a
+   path that can wait (a durable run) queues it for its deciders (``Verdict.deciders``), and
+   any other refuses it (S6).
 5. **quota**: the call takes one from its tool's quotas, atomically (S8); a retry of a call is
    not counted again.
 6. **limit**: the turn's per-tool and total caps (``LIMITS``, the operators' overrides; S7).
@@ -47,7 +49,7 @@ from django.db import transaction
 
 from tool_calling import models
 from tool_calling.augmentation import split_call
-from tool_calling.calls import authorization, quotas
+from tool_calling.calls import authorization, policies, quotas
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.errors import ToolArgumentsError
 from tool_calling.core.execution.confirmation import needs_confirmation, parse_arguments
@@ -130,14 +132,18 @@ def confirmation_refusal_text(name: str) -> str:
 def deciders(callback: ToolCallback, arguments: str | None, rules: CallRules) -> str:
     """Who must decide a call before it runs (a ``models.Deciders`` value); blank: nobody.
 
-    The user confirms when the tool's code asks (its flag, or its condition on ``arguments``)
-    or its row does; an approver approves when the code's flag or the row's says so.
+    The user confirms when the tool's code asks (its flag, or its condition on ``arguments``),
+    its row does, or an operator's decision policy does (``calls.policies``); an approver
+    approves when the code's flag, the row's or a policy says so.
     """
     metadata = callback.metadata
-    approval = metadata.requires_approval or rules.requires_approval
-    confirmation = rules.requires_confirmation or (
-        bool(metadata.requires_confirmation)
-        and needs_confirmation(callback, parse_arguments(arguments) or {})
+    parsed = parse_arguments(arguments) or {}
+    by_policy = policies.policy_deciders(callback.definition.name, parsed)
+    approval = metadata.requires_approval or rules.requires_approval or by_policy[1]
+    confirmation = (
+        rules.requires_confirmation
+        or by_policy[0]
+        or (bool(metadata.requires_confirmation) and needs_confirmation(callback, parsed))
     )
     if confirmation:
         return models.Deciders.USER_THEN_APPROVER if approval else models.Deciders.USER
