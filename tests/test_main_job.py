@@ -250,7 +250,13 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
         assert logged_in.status_code == 302 and logged_in.headers["location"] == "/admin/"
         tools = web.get("/admin/tool_calling/tool/")
         assert tools.status_code == 200
-        demo_tools = {"get_weather", "get_current_time", "add_numbers", "refund_order"}
+        demo_tools = {
+            "get_weather",
+            "get_current_time",
+            "add_numbers",
+            "cancel_booking",
+            "refund_order",
+        }
         assert demo_tools <= set(re.findall("|".join(demo_tools), tools.text))
         # The front door is the chat page; the admin's session logs into it too.
         assert system.value("Chat") == f"{base}/"

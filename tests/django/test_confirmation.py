@@ -193,8 +193,7 @@ def test_the_user_may_deny_with_a_reason_the_model_reads(alice, script):
     call.refresh_from_db()
     assert call.status == "denied"
     assert call.result == (
-        "The call to tool 'conf_delete' was denied by a reviewer and was not run. "
-        "Reason: Not that one."
+        "The user declined the call to tool 'conf_delete'; it was not run. Reason: Not that one."
     )
 
 

@@ -324,6 +324,18 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="Who confirmed the call before an approver decided it (their username).",
     )
+    can_decide = serializers.SerializerMethodField(
+        help_text="Whether the requesting user may approve (or confirm) the call now."
+    )
+    conversation_title = serializers.CharField(
+        source="conversation.title",
+        read_only=True,
+        allow_null=True,
+        help_text="The title of the call's conversation.",
+    )
+    user_message = serializers.SerializerMethodField(
+        help_text="What the user wrote in the turn that made the call (null outside a run)."
+    )
     stage = serializers.SerializerMethodField(
         help_text="Whose decision a waiting call waits for now: `user` (the confirmation of the "
         "person whose turn made it; they approve it themselves) or `approver`; null when it "
@@ -347,6 +359,9 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
             "approval_expires_at",
             "deciders",
             "stage",
+            "can_decide",
+            "conversation_title",
+            "user_message",
             "requested_by",
             "confirmed_by",
             "confirmed_at",
@@ -362,6 +377,20 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     @extend_schema_field(serializers.ChoiceField(choices=["user", "approver"], allow_null=True))
+    def get_can_decide(self, execution: models.ToolExecution) -> bool:
+        """Whether the requesting user may approve (or confirm) it now."""
+        if execution.status != models.ExecutionStatus.AWAITING_APPROVAL:
+            return False
+        request = self.context.get("request")
+        return request is not None and approvals.may_decide(request.user, execution)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_user_message(self, execution: models.ToolExecution) -> str | None:
+        """The text of the user's message that started the call's run."""
+        run = execution.run
+        message = run.user_message if run is not None else None
+        return message.text if message is not None else None
+
     def get_stage(self, execution: models.ToolExecution) -> str | None:
         """``user`` or ``approver`` while the call waits; ``None`` otherwise."""
         if execution.status != models.ExecutionStatus.AWAITING_APPROVAL:

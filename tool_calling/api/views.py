@@ -645,7 +645,9 @@ class ToolExecutionViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet
 
     def get_queryset(self) -> QuerySet[models.ToolExecution]:
         """Visible calls, oldest first, filtered by ``?status=``, ``?approval=``, ``?run=``."""
-        found = visible_executions(self.request.user).select_related("decided_by", "user")
+        found = visible_executions(self.request.user).select_related(
+            "decided_by", "user", "confirmed_by", "conversation", "run__user_message"
+        )
         params = self.request.query_params
         for field, choices in (
             ("status", models.ExecutionStatus.values),

@@ -181,14 +181,20 @@ def waiting() -> tuple[int, float]:
     return int(found["count"]), max(0.0, age)
 
 
-def denial_text(name: str, reason: str, *, expired: bool = False) -> str:
-    """What the model is told about a call a person denied (or nobody approved in time)."""
+def denial_text(name: str, reason: str, *, expired: bool = False, by_user: bool = False) -> str:
+    """What the model is told about a call a person denied (or nobody approved in time).
+
+    ``by_user``: the person whose turn made the call declined it (rather than a reviewer).
+    """
     if expired:
         return (
             f"The call to tool {name!r} was not run: it needed a person's approval and nobody "
             "approved it in time."
         )
-    text = f"The call to tool {name!r} was denied by a reviewer and was not run."
+    if by_user:
+        text = f"The user declined the call to tool {name!r}; it was not run."
+    else:
+        text = f"The call to tool {name!r} was denied by a reviewer and was not run."
     return f"{text} Reason: {reason}" if reason else text
 
 
@@ -390,7 +396,8 @@ def deny(execution: models.ToolExecution, *, user: Any, reason: str = "") -> mod
     Raises:
         ApprovalStateError: the call is not waiting for approval (decided meanwhile).
     """
-    row = _deny(execution.pk, user=user, reason=reason.strip()[:MAX_REASON_CHARS])
+    own = execution.user_id is not None and execution.user_id == getattr(user, "pk", None)
+    row = _deny(execution.pk, user=user, reason=reason.strip()[:MAX_REASON_CHARS], by_user=own)
     if row is None:
         raise ApprovalStateError(_decided(execution))
     logger.info("Tool call %s (%r) denied by %s", row.pk, row.tool_name, getattr(user, "pk", None))
@@ -407,6 +414,7 @@ def _deny(
     user: Any,
     reason: str,
     expired: bool = False,
+    by_user: bool = False,
 ) -> models.ToolExecution | None:
     """Deny one waiting call (conditionally); ``None`` when it was not waiting any more."""
     decision = "expired" if expired else "denied"
@@ -433,7 +441,7 @@ def _deny(
                 raise _NotWaiting
             # Before the denial's own tool_call_finished: receivers hear of the decision first.
             transaction.on_commit(announce)
-            text = denial_text(row["tool_name"], reason, expired=expired)
+            text = denial_text(row["tool_name"], reason, expired=expired, by_user=by_user)
             if not lifecycle.deny(
                 lifecycle.CallRef.of(row), text, expired=expired, user=user, reason=reason
             ):

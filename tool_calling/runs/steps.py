@@ -425,6 +425,8 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                         "execution": row.pk,
                         "tool_call_id": row.tool_call_id,
                         "tool": row.tool_name,
+                        # Whose decision it waits for: the user's confirmation, or an approver.
+                        "stage": "user" if row.deciders != models.Deciders.APPROVER else "approver",
                         "expires_at": (
                             row.approval_expires_at.isoformat() if row.approval_expires_at else None
                         ),
