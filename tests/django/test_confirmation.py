@@ -393,3 +393,38 @@ def test_a_process_reads_the_policies_once_and_again_after_a_change():
     assert reads() == 0
     models.DecisionPolicy.objects.create(name="new", tool_pattern="x", requires_approval=True)
     assert reads() == 1
+
+
+# -- telling approvers --------------------------------------------------------------------------
+
+
+def test_approvers_are_emailed_when_a_call_waits_for_them_if_the_setting_is_on(
+    alice, approver, script, mailoutbox
+):
+    approver.email = "staff@example.com"
+    approver.save()
+    alice.email = "alice@example.com"  # asked for it: not an approver of her own call
+    alice.save()
+    User.objects.create_user("idle", email="idle@example.com")  # not an approver
+    with override_settings(TOOL_CALLING=tool_calling_settings(APPROVALS={"NOTIFY_BY_EMAIL": True})):
+        run = start(alice, script, tool_calls(tool_call("conf_wire", amount=777)), text("Wired."))
+        call = waiting(run, "conf_wire")
+        assert mailoutbox == []  # the user confirms first
+        assert approve(alice, call).status_code == 200
+    (mail,) = mailoutbox
+    assert mail.bcc == ["staff@example.com"] and mail.to == []
+    assert mail.subject == "A call of conf_wire waits for your approval"
+    assert "asked by alice" in mail.body
+    assert "777" not in mail.body  # never the arguments
+
+
+def test_no_email_unless_the_setting_is_on(alice, approver, script, mailoutbox):
+    approver.email = "staff@example.com"
+    approver.save()
+    sync_tools()
+    models.Tool.objects.filter(name="conf_lookup").update(requires_approval=True)
+    start(alice, script, tool_calls(tool_call("conf_lookup", order="A1")), text("Paid."))
+    assert mailoutbox == []
+    with override_settings(TOOL_CALLING=tool_calling_settings(APPROVALS={"NOTIFY_BY_EMAIL": True})):
+        start(alice, script, tool_calls(tool_call("conf_lookup", order="A2")), text("Paid."))
+    assert [m.subject for m in mailoutbox] == ["A call of conf_lookup waits for your approval"]

@@ -33,6 +33,7 @@ from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.context import ToolContext
+from tool_calling.observability import semconv
 from tool_calling.registry import registry
 from tool_calling.resolvers import CallRules, call_rules_of_call, installed_callback
 
@@ -207,7 +208,30 @@ def _observed(row: models.ToolExecution, ref: lifecycle.CallRef) -> observabilit
         conversation_id=row.conversation_id,
         run_id=row.run_id,
         trace_context=getattr(row, "run_trace_context", None) or "",
+        approval_attributes=approval_attributes(row),
     )
+
+
+def approval_attributes(row: models.ToolExecution) -> dict[str, Any]:
+    """The ``tool_calling.approval.*`` span attributes of a call a person let run (else none).
+
+    Roles, times and the decider's primary key; never the arguments.
+    """
+    if row.approval != models.ApprovalDecision.APPROVED or row.decided_at is None:
+        return {}
+    by_user = row.deciders == models.Deciders.USER
+    attributes: dict[str, Any] = {
+        semconv.TOOL_CALLING_APPROVAL_DECIDERS: row.deciders,
+        semconv.TOOL_CALLING_APPROVAL_REQUESTED_AT: row.created_at.isoformat(),
+        semconv.TOOL_CALLING_APPROVAL_DECIDED_AT: row.decided_at.isoformat(),
+        semconv.TOOL_CALLING_APPROVAL_DECIDED_BY: "user" if by_user else "approver",
+        semconv.TOOL_CALLING_APPROVAL_WAIT: (row.decided_at - row.created_at).total_seconds(),
+    }
+    if row.decided_by_id is not None:
+        attributes[semconv.TOOL_CALLING_APPROVAL_DECIDER_ID] = str(row.decided_by_id)
+    if row.confirmed_at is not None:
+        attributes[semconv.TOOL_CALLING_APPROVAL_CONFIRMED_AT] = row.confirmed_at.isoformat()
+    return attributes
 
 
 def execute(
