@@ -566,6 +566,26 @@ class ToolExecution(models.Model):
         help_text=_("The user who confirmed the call before an approver decided it."),
     )
     confirmed_at = models.DateTimeField(_("confirmed"), null=True, blank=True)
+    definition_sha256 = models.CharField(
+        _("definition decided on (SHA-256)"),
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The tool's definition when the call started waiting: a decision is void once it "
+            "changes."
+        ),
+    )
+    decision_basis = models.CharField(
+        _("rules decided under"),
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "A digest of the rules that asked for the decision (flags, policies): a decision is "
+            "void once they change."
+        ),
+    )
     decision_reason = models.TextField(
         _("decision reason"),
         blank=True,
@@ -991,6 +1011,61 @@ class PendingApproval(ToolExecution):
         verbose_name = _("call awaiting approval")
         verbose_name_plural = _("calls awaiting approval")
         default_permissions = ()
+
+
+class StandingDecision(models.Model):
+    """A decision that covers the next calls of one tool in one conversation.
+
+    "Always allow get_invoice in this conversation": made with a decision on a waiting call,
+    it lets later calls of that tool in that conversation run without asking, for the kind of
+    decision it was (the user's confirmation or an approver's approval), as long as the tool's
+    definition and the rules that asked are those it was made under. Revoking it, or a change
+    of either, asks again.
+    """
+
+    conversation = models.ForeignKey(
+        Conversation,
+        on_delete=models.CASCADE,
+        related_name="standing_decisions",
+        verbose_name=_("conversation"),
+    )
+    tool_name = models.CharField(_("tool"), max_length=64)
+    stage = models.CharField(
+        _("kind of decision"),
+        max_length=16,
+        choices=[("user", _("The user's confirmation")), ("approver", _("An approval"))],
+    )
+    definition_sha256 = models.CharField(_("definition (SHA-256)"), max_length=64)
+    decision_basis = models.CharField(_("rules decided under"), max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("made by"),
+    )
+    created_from = models.ForeignKey(
+        ToolExecution,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("made on the call"),
+    )
+    created_at = models.DateTimeField(_("made"), auto_now_add=True)
+    revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        verbose_name = _("standing decision")
+        verbose_name_plural = _("standing decisions")
+        indexes = [
+            models.Index(fields=["conversation", "tool_name"], name="tc_standing_conv_tool"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.stage})"
 
 
 class DecisionPolicy(models.Model):

@@ -127,6 +127,8 @@ class CallRules:
     """Seconds before the first retry."""
     idempotent: bool = False
     """Whether running a call twice does no harm."""
+    schema_hash: str = ""
+    """The SHA-256 of the tool's definition now: what a person's decision on a call is bound to."""
 
     @classmethod
     def of_column(cls, value: dict[str, Any] | None) -> CallRules | None:

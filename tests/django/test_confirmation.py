@@ -428,3 +428,117 @@ def test_no_email_unless_the_setting_is_on(alice, approver, script, mailoutbox):
     with override_settings(TOOL_CALLING=tool_calling_settings(APPROVALS={"NOTIFY_BY_EMAIL": True})):
         start(alice, script, tool_calls(tool_call("conf_lookup", order="A2")), text("Paid."))
     assert [m.subject for m in mailoutbox] == ["A call of conf_lookup waits for your approval"]
+
+
+# -- decisions bound to the tool and the rules; standing decisions ------------------------------
+
+
+def test_always_allow_in_this_conversation_covers_the_next_calls_there_only(alice, script):
+    run = start(alice, script, tool_calls(tool_call("conf_delete", path="/a")), text("Done."))
+    first = waiting(run, "conf_delete")
+    assert approve(alice, first, remember=True).status_code == 200
+    (standing,) = models.StandingDecision.objects.all()
+    assert (standing.tool_name, standing.stage, standing.created_by) == (
+        "conf_delete",
+        "user",
+        alice,
+    )
+
+    # The same conversation: the next call runs at once, audited as covered by it.
+    script(tool_calls(tool_call("conf_delete", path="/b")), text("Done again."))
+    response = client_for(alice).post(
+        url("conversation-messages", run.conversation_id), {"text": "And /b"}, format="json"
+    )
+    assert response.status_code == 202
+    second = models.ToolExecution.objects.get(run_id=response.data["id"])
+    assert (second.status, second.approval, second.decided_by) == ("succeeded", "approved", alice)
+    assert second.decision_reason == "Covered by a standing decision of this conversation."
+    assert RAN == [("conf_delete", "/a"), ("conf_delete", "/b")]
+
+    # Another conversation is asked again.
+    other = start(alice, script, tool_calls(tool_call("conf_delete", path="/c")), text("Done."))
+    assert waiting(other, "conf_delete").status == "awaiting_approval"
+
+
+def _second_turn(alice, script, conversation_id, path):
+    script(tool_calls(tool_call("conf_delete", path=path)), text("Done."))
+    response = client_for(alice).post(
+        url("conversation-messages", conversation_id), {"text": "Again"}, format="json"
+    )
+    return models.ToolExecution.objects.get(run_id=response.data["id"])
+
+
+def test_a_standing_decision_is_void_once_the_tools_definition_changes(alice, script):
+    run = start(alice, script, tool_calls(tool_call("conf_delete", path="/a")), text("Done."))
+    assert approve(alice, waiting(run, "conf_delete"), remember=True).status_code == 200
+    # A deploy changed the tool (sync_tools records the new definition's hash).
+    models.Tool.objects.filter(name="conf_delete").update(schema_hash="0" * 64)
+    again = _second_turn(alice, script, run.conversation_id, "/b")
+    assert again.status == "awaiting_approval"
+    assert RAN == [("conf_delete", "/a")]
+
+
+def test_a_standing_decision_is_void_once_the_rules_change(alice, script):
+    run = start(alice, script, tool_calls(tool_call("conf_delete", path="/a")), text("Done."))
+    assert approve(alice, waiting(run, "conf_delete"), remember=True).status_code == 200
+    models.DecisionPolicy.objects.create(
+        name="files", tool_pattern="conf_*", requires_confirmation=True
+    )
+    again = _second_turn(alice, script, run.conversation_id, "/b")
+    assert again.status == "awaiting_approval"
+    assert client_for(alice).post(url("tool-execution-deny", again.pk), {}).status_code == 200
+    # Revoked, it covers nothing either.
+    models.DecisionPolicy.objects.all().delete()
+    approvals.revoke_standing(models.StandingDecision.objects.get())
+    third = _second_turn(alice, script, run.conversation_id, "/c")
+    assert third.status == "awaiting_approval"
+    assert RAN == [("conf_delete", "/a")]
+
+
+def test_a_decision_taken_after_the_tool_changed_is_void_and_the_model_told(alice, script):
+    run = start(alice, script, tool_calls(tool_call("conf_delete", path="/a")), text("OK."))
+    call = waiting(run, "conf_delete")
+    assert call.definition_sha256 == models.Tool.objects.get(name="conf_delete").schema_hash
+    assert len(call.decision_basis) == 64
+    models.Tool.objects.filter(name="conf_delete").update(schema_hash="1" * 64)
+    refused = approve(alice, call)
+    assert refused.status_code == 409
+    assert str(refused.data["detail"]) == (
+        "The tool 'conf_delete' or the rules that asked for this decision changed since the "
+        "call was asked for, so it was not made; if it is still needed, the assistant asks "
+        "again and it is decided under the tool and rules as they are now."
+    )
+    call.refresh_from_db()
+    assert call.status == "denied"
+    assert call.result == (
+        "The call to tool 'conf_delete' was not run: the tool or the rules that asked for a "
+        "decision on it changed while it waited. Call it again if it is still needed."
+    )
+    assert RAN == []
+
+
+def test_parallel_calls_of_one_reply_are_each_decided_in_any_order(alice, approver, script):
+    run = start(
+        alice,
+        script,
+        tool_calls(
+            tool_call("conf_delete", path="/a"),
+            tool_call("conf_lookup", order="A1"),
+            tool_call("conf_delete", path="/b"),
+        ),
+        text("All done."),
+    )
+    first, second = models.ToolExecution.objects.filter(run=run, tool_name="conf_delete").order_by(
+        "tool_call_id"
+    )
+    assert RAN == [("conf_lookup", "A1")]
+    denied = client_for(alice).post(url("tool-execution-deny", second.pk), {}, format="json")
+    assert denied.status_code == 200
+    run.refresh_from_db()
+    assert run.status == "awaiting_approval"  # one still waits
+    assert approve(alice, first).status_code == 200
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    tool_message = run.conversation.messages.get(role="tool")
+    assert [r["id"] for r in tool_message.tool_responses] == ["call_1", "call_2", "call_3"]
+    assert RAN == [("conf_lookup", "A1"), ("conf_delete", "/a")]

@@ -438,6 +438,13 @@ class ApproveSerializer(serializers.Serializer):
         "they are checked against the tool's schema.",
     )
     note = StrictCharField(required=False, allow_blank=True, max_length=2000)
+    remember = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Also decide the tool's next calls in this conversation the same way (a "
+        "standing decision of your kind: the user's confirmation or an approval), until the "
+        "tool's definition or the rules that asked change.",
+    )
 
     def validate_arguments(self, arguments: Any) -> Any:
         """Only a JSON object can be a tool's arguments."""

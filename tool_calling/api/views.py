@@ -689,7 +689,12 @@ class ToolExecutionViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet
                 401,
                 _DECISION_REFUSED,
                 404,
-                (409, "The call is not awaiting approval (decided, expired, or never gated)."),
+                (
+                    409,
+                    "The call is not awaiting approval (decided, expired, or never gated), or "
+                    "the tool or the rules that asked for the decision changed while it waited "
+                    "(then it is denied and the model told to ask again).",
+                ),
                 413,
             ),
         },
@@ -709,6 +714,7 @@ class ToolExecutionViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet
                 user=request.user,
                 arguments=body.validated_data.get("arguments"),
                 note=body.validated_data.get("note", ""),
+                remember=body.validated_data.get("remember", False),
             )
         except ToolArgumentsError as exc:
             raise ValidationError({"arguments": [str(exc)]}) from exc

@@ -23,7 +23,6 @@ cannot wait (``manage.py chat``, in-process clients) refuse such calls instead
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import logging
 from typing import Any
@@ -34,11 +33,11 @@ from django.utils import timezone
 
 from tool_calling import models, signals
 from tool_calling.audit import audit_text
-from tool_calling.calls import lifecycle
+from tool_calling.calls import gate, lifecycle
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
 from tool_calling.conf import settings as app_settings
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
-from tool_calling.resolvers import installed_callback
+from tool_calling.resolvers import call_rules, installed_callback
 from tool_calling.signals import send_on_commit
 
 __all__ = [
@@ -46,6 +45,7 @@ __all__ = [
     "ApprovalForbiddenError",
     "APPROVER",
     "ApprovalStateError",
+    "DecisionVoidError",
     "USER",
     "approve",
     "can_decide",
@@ -56,6 +56,7 @@ __all__ = [
     "may_deny",
     "pending_approvals",
     "reviewable",
+    "revoke_standing",
     "stage",
     "waiting",
 ]
@@ -96,6 +97,53 @@ class ApprovalForbiddenError(ToolCallingError):
             )
         )
         self.execution = execution
+
+
+class DecisionVoidError(ApprovalStateError):
+    """The tool or the rules that asked for a decision changed while the call waited.
+
+    The call is denied instead (the model is told to ask again).
+    """
+
+    def __init__(self, execution: models.ToolExecution) -> None:
+        ToolCallingError.__init__(
+            self,
+            f"The tool {execution.tool_name!r} or the rules that asked for this decision changed "
+            "since the call was asked for, so it was not made; if it is still needed, the "
+            "assistant asks again and it is decided under the tool and rules as they are now.",
+        )
+        self.execution = execution
+
+
+def void_text(name: str) -> str:
+    """What the model reads of a call whose decision no longer matched the tool or the rules."""
+    return (
+        f"The call to tool {name!r} was not run: the tool or the rules that asked for a "
+        "decision on it changed while it waited. Call it again if it is still needed."
+    )
+
+
+def _void(row: models.ToolExecution) -> bool:
+    """Whether the decision a waiting call asks for was asked under another tool or rules."""
+    if not row.definition_sha256 and not row.decision_basis:
+        return False  # recorded before decisions were bound to them
+    rules = call_rules(row.tool_name, row.user)
+    if rules is None:
+        return False  # withdrawn: the worker's gate refuses it for that reason
+    if row.definition_sha256 and rules.schema_hash != row.definition_sha256:
+        return True
+    callback = installed_callback(row.tool_name)
+    if callback is None or not row.decision_basis:
+        return False
+    arguments = str((row.payload or {}).get("arguments") or "{}")
+    return gate.decision_rules(callback, arguments, rules)[1] != row.decision_basis
+
+
+def _refuse_if_void(row: models.ToolExecution) -> None:
+    """Deny a call whose decision is void (the model is told), then raise for the decider."""
+    if _void(row):
+        _deny(row.pk, user=None, reason="", text=void_text(row.tool_name))
+        raise DecisionVoidError(row)
 
 
 USER = "user"
@@ -230,9 +278,7 @@ def validate_arguments(name: str, arguments: Any) -> str:
     return text
 
 
-def arguments_digest(text: str) -> str:
-    """SHA-256 of a call's exact arguments: what an approval is bound to."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+arguments_digest = lifecycle.arguments_digest
 
 
 def approved_as_recorded(row: models.ToolExecution) -> bool:
@@ -260,6 +306,7 @@ def approve(
     user: Any,
     arguments: Any = None,
     note: str = "",
+    remember: bool = False,
 ) -> models.ToolExecution:
     """Approve a waiting call and send it to its worker; the run resumes when it ends.
 
@@ -269,6 +316,9 @@ def approve(
         arguments: Edited arguments (a dict or JSON text) to run the call with instead of the
             model's; validated against the tool's schema. The model's are kept in the audit.
         note: An optional note kept with the decision.
+        remember: Also make a standing decision of this kind for the tool in the call's
+            conversation ("always allow it here"), bound to the tool's definition and the rules
+            this call was decided under.
 
     Returns:
         The row as stored after the decision.
@@ -276,6 +326,8 @@ def approve(
     Raises:
         ApprovalStateError: the call is not waiting for approval (decided meanwhile, or its
             approval expired: it is denied as expired then, as the sweeper would).
+        DecisionVoidError: the tool's definition or the rules that asked changed while it
+            waited: it is denied, the model told to ask again.
         ApprovalForbiddenError: ``user`` made the call and ``APPROVALS["ALLOW_SELF_APPROVAL"]``
             is off (denying one's own call is always allowed).
         ToolArgumentsError: the edited arguments fail the schema (nothing changed).
@@ -291,8 +343,13 @@ def approve(
         )
     if not confirming and own and not app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]:
         raise ApprovalForbiddenError(execution)
+    if execution.status == models.ExecutionStatus.AWAITING_APPROVAL:
+        _refuse_if_void(execution)
     if confirming and execution.deciders == models.Deciders.USER_THEN_APPROVER:
-        return _confirm(execution, user=user, arguments=arguments, note=note)
+        confirmed = _confirm(execution, user=user, arguments=arguments, note=note)
+        if remember:
+            _remember(confirmed, user, USER)
+        return confirmed
     now = timezone.now()
     fields: dict[str, Any] = {
         "approval": models.ApprovalDecision.APPROVED,
@@ -339,6 +396,8 @@ def approve(
             edited=edited,
         )
         dispatch_on_commit(Dispatch.of(row))
+        if remember:
+            _remember(decided, user, USER if confirming else APPROVER)
     logger.info(
         "Tool call %s (%r) approved by %s%s",
         row.pk,
@@ -347,6 +406,37 @@ def approve(
         " with edited arguments" if edited else "",
     )
     return decided
+
+
+def _remember(row: models.ToolExecution, user: Any, kind: str) -> None:
+    """Make the standing decision of ``kind`` for ``row``'s tool in its conversation."""
+    if row.conversation_id is None:
+        return
+    models.StandingDecision.objects.create(
+        conversation_id=row.conversation_id,
+        tool_name=row.tool_name,
+        stage=kind,
+        definition_sha256=row.definition_sha256,
+        decision_basis=row.decision_basis,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_from=row,
+    )
+    logger.info(
+        "Standing decision (%s) for tool %r in conversation %s made by %s",
+        kind,
+        row.tool_name,
+        row.conversation_id,
+        getattr(user, "pk", None),
+    )
+
+
+def revoke_standing(decision: models.StandingDecision) -> bool:
+    """Revoke a standing decision: the tool's next calls in its conversation are asked again."""
+    return bool(
+        models.StandingDecision.objects.filter(pk=decision.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+    )
 
 
 def _confirm(
@@ -415,6 +505,7 @@ def _deny(
     reason: str,
     expired: bool = False,
     by_user: bool = False,
+    text: str | None = None,
 ) -> models.ToolExecution | None:
     """Deny one waiting call (conditionally); ``None`` when it was not waiting any more."""
     decision = "expired" if expired else "denied"
@@ -441,9 +532,9 @@ def _deny(
                 raise _NotWaiting
             # Before the denial's own tool_call_finished: receivers hear of the decision first.
             transaction.on_commit(announce)
-            text = denial_text(row["tool_name"], reason, expired=expired, by_user=by_user)
+            said = text or denial_text(row["tool_name"], reason, expired=expired, by_user=by_user)
             if not lifecycle.deny(
-                lifecycle.CallRef.of(row), text, expired=expired, user=user, reason=reason
+                lifecycle.CallRef.of(row), said, expired=expired, user=user, reason=reason
             ):
                 raise _NotWaiting
     except _NotWaiting:

@@ -40,6 +40,8 @@ Nothing here writes a call's row: the callers record the :class:`Verdict`.
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -71,8 +73,10 @@ __all__ = [
     "admit",
     "approval_refusal_text",
     "confirmation_refusal_text",
+    "decision_rules",
     "deciders",
     "refusal_text",
+    "standing_decision",
 ]
 
 logger = logging.getLogger("tool_calling.calls")
@@ -136,18 +140,45 @@ def deciders(callback: ToolCallback, arguments: str | None, rules: CallRules) ->
     its row does, or an operator's decision policy does (``calls.policies``); an approver
     approves when the code's flag, the row's or a policy says so.
     """
+    return decision_rules(callback, arguments, rules)[0]
+
+
+def decision_rules(
+    callback: ToolCallback, arguments: str | None, rules: CallRules
+) -> tuple[str, str]:
+    """:func:`deciders`, and a digest of the rules that asked (flags and matching policies).
+
+    A decision is made under that digest; once it changes (a flag, a policy edited, added or
+    removed), the decision no longer covers the tool's calls and the gate asks again.
+    """
     metadata = callback.metadata
     parsed = parse_arguments(arguments) or {}
-    by_policy = policies.policy_deciders(callback.definition.name, parsed)
-    approval = metadata.requires_approval or rules.requires_approval or by_policy[1]
-    confirmation = (
-        rules.requires_confirmation
-        or by_policy[0]
-        or (bool(metadata.requires_confirmation) and needs_confirmation(callback, parsed))
+    found = policies.matching(callback.definition.name, parsed)
+    code_confirms = bool(metadata.requires_confirmation) and needs_confirmation(callback, parsed)
+    approval = (
+        metadata.requires_approval
+        or rules.requires_approval
+        or any(p.requires_approval for p in found)
     )
+    confirmation = (
+        rules.requires_confirmation or any(p.requires_confirmation for p in found) or code_confirms
+    )
+    who: str = ""
     if confirmation:
-        return models.Deciders.USER_THEN_APPROVER if approval else models.Deciders.USER
-    return models.Deciders.APPROVER if approval else ""
+        who = models.Deciders.USER_THEN_APPROVER if approval else models.Deciders.USER
+    elif approval:
+        who = models.Deciders.APPROVER
+    basis = json.dumps(
+        [
+            str(who),
+            bool(metadata.requires_approval),
+            code_confirms,
+            rules.requires_approval,
+            rules.requires_confirmation,
+            sorted((p.pk, p.updated_at.isoformat()) for p in found),
+        ]
+    )
+    return who, hashlib.sha256(basis.encode()).hexdigest()
 
 
 class _Unread:
@@ -186,6 +217,8 @@ class GateCall:
     them already (a worker reads them with its call); else the gate reads them now."""
     through: Rule = Rule.LIMIT
     """The last rule to apply: a plan asks through ``APPROVAL`` (nothing is counted then)."""
+    conversation_id: Any = None
+    """The call's conversation, whose standing decisions may cover it (``None``: none do)."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +241,10 @@ class Verdict:
     """The call waits for a person (a path that can wait, and no approval yet)."""
     deciders: str = ""
     """Who it waits for, when it waits: a ``models.Deciders`` value."""
+    basis: str = ""
+    """The digest of the rules that ask for its decision (``decision_rules``), when it waits."""
+    standing: Any = None
+    """The conversation's ``StandingDecision`` that let it through without asking, if one did."""
 
     @property
     def admitted(self) -> bool:
@@ -295,8 +332,15 @@ def admit(call: GateCall) -> Verdict:
         )
     if call.through is Rule.PERMISSION:
         return admitted
-    # 4. Who decides: the user's confirmation, an approver's approval (code floor or row).
-    who = "" if call.approved else deciders(runs, own.arguments, rules)
+    # 4. Who decides: the user's confirmation, an approver's approval (code floor, row,
+    #    policies), unless decided already: for these arguments, or by a standing decision of
+    #    the conversation made under the same definition and rules.
+    who, basis = ("", "") if call.approved else decision_rules(runs, own.arguments, rules)
+    if who and call.conversation_id is not None:
+        standing = standing_decision(call.conversation_id, name, who, rules.schema_hash, basis)
+        if standing is not None:
+            who = ""
+            admitted = Verdict(own, runs, augmented, rules, standing=standing)
     if who:
         if not call.can_wait:
             if who == models.Deciders.USER:
@@ -305,7 +349,9 @@ def admit(call: GateCall) -> Verdict:
                 text = call.approval_text(name)
             return _refused(call, Rule.APPROVAL, text, ToolApprovalRequiredError, rules, split)
         if call.over_limit is None:  # a call over the limit is never queued for a person
-            return Verdict(own, runs, augmented, rules, awaits_approval=True, deciders=who)
+            return Verdict(
+                own, runs, augmented, rules, awaits_approval=True, deciders=who, basis=basis
+            )
     if call.through is Rule.APPROVAL:
         return admitted
     # 5. Quotas; 6. the turn's limits. A call the limits refuse gives back what it took.
@@ -319,6 +365,30 @@ def admit(call: GateCall) -> Verdict:
     if call.over_limit is not None:
         return _refused(call, Rule.LIMIT, call.over_limit, ToolFailure, rules, split)
     return admitted
+
+
+def standing_decision(
+    conversation_id: Any, name: str, who: str, definition: str, basis: str
+) -> models.StandingDecision | None:
+    """The conversation's standing decision(s) covering a call that ``who`` must decide.
+
+    Each kind of decision ``who`` asks for (the user's, an approver's) must be covered by a
+    decision not revoked, made under this definition of the tool and these rules; returns the
+    newest of them (for the audit), or ``None``.
+    """
+    found = list(
+        models.StandingDecision.objects.filter(
+            conversation_id=conversation_id,
+            tool_name=name,
+            revoked_at__isnull=True,
+            definition_sha256=definition,
+            decision_basis=basis,
+        ).order_by("-created_at", "-pk")
+    )
+    needed = {"user", "approver"} if who == models.Deciders.USER_THEN_APPROVER else {str(who)}
+    if not found or not needed <= {d.stage for d in found}:
+        return None
+    return found[0]
 
 
 def _take_quota(name: str, user: Any, rules: CallRules) -> str | None:

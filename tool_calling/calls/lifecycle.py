@@ -33,6 +33,7 @@ their batch ended.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 from collections.abc import Mapping
@@ -52,9 +53,11 @@ from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 
 __all__ = [
     "TRANSITIONS",
+    "STANDING_REASON",
     "UNKNOWN_OUTCOME_TEXT",
     "CallRef",
     "approve",
+    "arguments_digest",
     "claim",
     "confirm",
     "deny",
@@ -96,6 +99,15 @@ TRANSITIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "deny": (frozenset({S.AWAITING_APPROVAL}), frozenset({S.DENIED})),
 }
 """Transition name -> (statuses it starts from, statuses it may end in)."""
+
+STANDING_REASON = "Covered by a standing decision of this conversation."
+"""The decision reason recorded on a call a standing decision let through without asking."""
+
+
+def arguments_digest(text: str) -> str:
+    """SHA-256 of a call's exact arguments: what an approval is bound to."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
 
 UNKNOWN_OUTCOME_TEXT = (
     "The outcome of this call is unknown: the worker running it stopped mid-call, and the tool "
@@ -275,6 +287,9 @@ def record_for_worker(
     run_id: Any = None,
     needs_approval: bool = False,
     deciders: str = "",
+    definition_sha256: str = "",
+    decision_basis: str = "",
+    standing: models.StandingDecision | None = None,
     augmented: Mapping[str, Any] | None = None,
     sent: bool = True,
 ) -> models.ToolExecution:
@@ -288,7 +303,9 @@ def record_for_worker(
     ``APPROVALS["EXPIRE_AFTER"]`` seconds. ``tool_call`` carries the tool's own arguments;
     ``augmented`` the values argument augmentation split from them (``augmentation``).
     ``deciders`` says who decides a call that waits (``models.Deciders``; an approver when
-    blank).
+    blank), ``definition_sha256`` and ``decision_basis`` what its decision will be bound to. A
+    call a ``standing`` decision of its conversation covers is recorded approved, by whoever
+    made that decision, for exactly these arguments.
 
     Raises:
         ToolCallingError: the tool context is not JSON.
@@ -301,6 +318,17 @@ def record_for_worker(
     if needs_approval and app_settings.APPROVALS["EXPIRE_AFTER"] is not None:
         seconds = int(app_settings.APPROVALS["EXPIRE_AFTER"])
         expires = timezone.now() + datetime.timedelta(seconds=seconds)
+    decided: dict[str, Any] = {}
+    if standing is not None and not needs_approval:
+        text = arguments if arguments and not arguments.isspace() else "{}"
+        decided = {
+            "approval": models.ApprovalDecision.APPROVED,
+            "deciders": standing.stage,
+            "decided_by_id": standing.created_by_id,
+            "decided_at": timezone.now(),
+            "decision_reason": STANDING_REASON,
+            "approved_arguments_sha256": arguments_digest(text),
+        }
     return _create(
         tool_call,
         tool=tool,
@@ -309,14 +337,19 @@ def record_for_worker(
         assistant_message_id=assistant_message_id,
         run_id=run_id,
         augmented_arguments=_audited_values(augmented or {}, name),
+        definition_sha256=definition_sha256,
+        decision_basis=decision_basis,
         status=S.AWAITING_APPROVAL if needs_approval else S.PENDING,
-        approval=(
-            models.ApprovalDecision.PENDING
-            if needs_approval
-            else models.ApprovalDecision.NOT_REQUIRED
-        ),
+        **{
+            "approval": (
+                models.ApprovalDecision.PENDING
+                if needs_approval
+                else models.ApprovalDecision.NOT_REQUIRED
+            ),
+            "deciders": deciders or models.Deciders.APPROVER,
+            **decided,
+        },
         approval_expires_at=expires,
-        deciders=deciders or models.Deciders.APPROVER,
         # Sent once committed (calls.dispatch): marked now, cleared if the publish fails.
         dispatched_at=timezone.now() if sent and not needs_approval else None,
         mode=models.ExecutionMode.CELERY,

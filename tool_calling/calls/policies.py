@@ -24,7 +24,7 @@ from django.utils.module_loading import import_string
 
 from tool_calling import models
 
-__all__ = ["POLICY_CACHE_SECONDS", "connect", "forget_policies", "policy_deciders"]
+__all__ = ["POLICY_CACHE_SECONDS", "connect", "forget_policies", "matching", "policy_deciders"]
 
 logger = logging.getLogger("tool_calling.calls")
 
@@ -102,21 +102,13 @@ def _condition_holds(policy: models.DecisionPolicy, arguments: Mapping[str, Any]
         return True
 
 
-def policy_deciders(name: str, arguments: Mapping[str, Any]) -> tuple[bool, bool]:
-    """Whether the policies ask for the user's confirmation, and for an approval, of a call.
-
-    Args:
-        name: The tool's name.
-        arguments: The call's arguments (the tool's own, parsed).
-
-    Returns:
-        ``(confirmation, approval)``.
-    """
+def matching(name: str, arguments: Mapping[str, Any]) -> list[models.DecisionPolicy]:
+    """The enabled policies that apply to a call of tool ``name`` with ``arguments``."""
     policies = _policies()
     if not policies:
-        return False, False
+        return []
     facts: tuple[str, bool] | None = None
-    confirmation = approval = False
+    found: list[models.DecisionPolicy] = []
     for policy in policies:
         if policy.tool_pattern and not fnmatch.fnmatchcase(name, policy.tool_pattern):
             continue
@@ -129,6 +121,22 @@ def policy_deciders(name: str, arguments: Mapping[str, Any]) -> tuple[bool, bool
                 continue
         if policy.condition and not _condition_holds(policy, arguments):
             continue
-        confirmation = confirmation or policy.requires_confirmation
-        approval = approval or policy.requires_approval
-    return confirmation, approval
+        found.append(policy)
+    return found
+
+
+def policy_deciders(name: str, arguments: Mapping[str, Any]) -> tuple[bool, bool]:
+    """Whether the policies ask for the user's confirmation, and for an approval, of a call.
+
+    Args:
+        name: The tool's name.
+        arguments: The call's arguments (the tool's own, parsed).
+
+    Returns:
+        ``(confirmation, approval)``.
+    """
+    found = matching(name, arguments)
+    return (
+        any(p.requires_confirmation for p in found),
+        any(p.requires_approval for p in found),
+    )

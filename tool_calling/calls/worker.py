@@ -173,17 +173,19 @@ def _run(
             name=name,
         )
 
+    rules = CallRules.of_column(getattr(row, "rules", None))
     gate_call = GateCall(
         ToolCall(row.tool_call_id, name, arguments),
         callback,
         row.user,
         context,
-        # Bound to the exact arguments approved: changed since, the call is refused.
-        approved=approved_as_recorded(row),
+        # Bound to the exact arguments approved and to the tool's definition then: either
+        # changed since, the call is refused.
+        approved=approved_as_recorded(row) and _same_definition(row, rules),
         # A retry, or a run again after a crash, is the same call: counted once.
         count_quota=ref.attempt == 1,
         # Read with the call itself, at call time (S2).
-        rules=CallRules.of_column(getattr(row, "rules", None)),
+        rules=rules,
     )
     # The gate admitted the installed tool itself: invoke runs it, within its time limit.
     _, result = run_gated(gate_call, lambda verdict: invoke())
@@ -194,6 +196,13 @@ def _run(
         outcome = ToolOutcome(ToolOutcomeKind.TIMEOUT, text, traceback=result.outcome.traceback)
         return CallOutcome(S.TIMED_OUT, outcome, result.duration_ms)
     return result
+
+
+def _same_definition(row: models.ToolExecution, rules: CallRules | None) -> bool:
+    """Whether the tool is defined now as when the call's decision was asked for."""
+    if not row.definition_sha256 or rules is None:
+        return True  # unbound (an older row), or withdrawn: availability refuses it
+    return rules.schema_hash == row.definition_sha256
 
 
 def _observed(row: models.ToolExecution, ref: lifecycle.CallRef) -> observability.tool_call:

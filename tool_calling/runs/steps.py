@@ -393,6 +393,9 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                 run_id=run.pk,
                 needs_approval=verdict.awaits_approval,
                 deciders=verdict.deciders,
+                definition_sha256=verdict.rules.schema_hash if verdict.rules else "",
+                decision_basis=verdict.basis,
+                standing=verdict.standing,
                 augmented=verdict.augmented,
                 sent=not here,
             )
@@ -505,6 +508,7 @@ def _planned(state: _Step, call: ToolCall, callback: ToolCallback) -> gate.Verdi
             can_wait=True,
             rules=governed.rules(call.name),
             through=gate.Rule.APPROVAL,
+            conversation_id=state.run.conversation_id,
         )
     )
 
