@@ -542,3 +542,46 @@ def test_parallel_calls_of_one_reply_are_each_decided_in_any_order(alice, approv
     tool_message = run.conversation.messages.get(role="tool")
     assert [r["id"] for r in tool_message.tool_responses] == ["call_1", "call_2", "call_3"]
     assert RAN == [("conf_lookup", "A1"), ("conf_delete", "/a")]
+
+
+# -- the admin ----------------------------------------------------------------------------------
+
+
+def test_operators_add_a_policy_in_the_admin_and_it_applies(admin_client, alice, script):
+    """No deploy: the admin's form (validated), then the next call waits."""
+    add = "/admin/tool_calling/decisionpolicy/add/"
+    refused = admin_client.post(add, {"name": "nothing", "enabled": "on"})
+    assert refused.status_code == 200
+    assert "A policy must ask for the user&#x27;s confirmation, an approval, or both." in (
+        refused.content.decode()
+    )
+    saved = admin_client.post(
+        add,
+        {
+            "name": "lookups",
+            "enabled": "on",
+            "tool_pattern": "conf_look*",
+            "requires_approval": "on",
+        },
+    )
+    assert saved.status_code == 302
+    run = start(alice, script, tool_calls(tool_call("conf_lookup", order="A1")), text("Paid."))
+    assert waiting(run, "conf_lookup").deciders == "approver"
+
+
+def test_the_admin_revokes_a_standing_decision_and_logs_it(admin_client, alice, script):
+    from django.contrib.admin.models import LogEntry
+
+    run = start(alice, script, tool_calls(tool_call("conf_delete", path="/a")), text("Done."))
+    assert approve(alice, waiting(run, "conf_delete"), remember=True).status_code == 200
+    standing = models.StandingDecision.objects.get()
+    response = admin_client.post(
+        "/admin/tool_calling/standingdecision/",
+        {"action": "revoke_selected", "_selected_action": [standing.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    standing.refresh_from_db()
+    assert standing.revoked_at is not None
+    assert LogEntry.objects.get(object_id=str(standing.pk)).change_message == "Revoked."
+    assert admin_client.get("/admin/tool_calling/standingdecision/add/").status_code == 403

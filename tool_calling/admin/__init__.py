@@ -7,7 +7,7 @@ from tool_calling.admin.approvals import ApprovalQueueAdmin
 from tool_calling.admin.conversations import ConversationAdmin
 from tool_calling.admin.executions import ToolExecutionAdmin
 from tool_calling.admin.mcp import McpServerAdmin, McpServerToolAdmin
-from tool_calling.admin.policies import DecisionPolicyAdmin
+from tool_calling.admin.policies import DecisionPolicyAdmin, StandingDecisionAdmin
 from tool_calling.admin.tools import ToolAdmin, ToolLimitOverrideInline
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "DecisionPolicyAdmin",
     "McpServerAdmin",
     "McpServerToolAdmin",
+    "StandingDecisionAdmin",
     "ToolAdmin",
     "ToolExecutionAdmin",
     "ToolLimitOverrideInline",
