@@ -404,6 +404,8 @@ CANCEL_THEN_REFUND = [
     {"tool_calls": [{"name": "cancel_booking", "arguments": {"booking_id": "B7"}}]},
     {"tool_calls": [{"name": "refund_order", "arguments": {"order_id": "B7", "amount": 40}}]},
     {"text": "Booking B7 is cancelled and refunded.", "chunk_delay": 0.05},
+    {"tool_calls": [{"name": "cancel_booking", "arguments": {"booking_id": "B8"}}]},
+    {"text": "Booking B8 is cancelled too.", "chunk_delay": 0.05},
 ]
 
 
@@ -438,8 +440,12 @@ def test_the_user_confirms_one_call_and_an_approver_approves_the_next(
         )
         assert item.locator("button").count() == 0
 
-        cancel.get_by_role("button", name="Confirm cancel_booking").click()
-        sync_api.expect(cancel.locator(".tc-tool-note")).to_have_text("You confirmed it.")
+        cancel.get_by_role(
+            "button", name="Confirm, and always allow cancel_booking in this conversation"
+        ).click()
+        sync_api.expect(cancel.locator(".tc-tool-note")).to_have_text(
+            "You confirmed it; its next calls in this conversation run without asking."
+        )
         sync_api.expect(cancel).to_have_attribute("data-status", "succeeded", timeout=20_000)
         assert cancel.locator(".tc-confirmation").count() == 0
 
@@ -461,9 +467,24 @@ def test_the_user_confirms_one_call_and_an_approver_approves_the_next(
         final = page.locator(".tc-assistant .tc-text:not([hidden])").last
         sync_api.expect(final).to_have_text(CANCEL_THEN_REFUND[2]["text"], timeout=20_000)
         wait_for_the_end(page)  # the message box takes messages again
+
+        # The standing decision: the next cancellation here runs without asking.
+        page.get_by_role("textbox", name="Message").fill("Cancel booking B8 too")
+        page.get_by_role("button", name="Send").click()
+        again = page.locator(".tc-tool-call").nth(2)
+        sync_api.expect(again).to_have_attribute("data-status", "succeeded", timeout=20_000)
+        assert again.locator(".tc-confirmation").count() == 0
+        sync_api.expect(page.locator(".tc-assistant .tc-text:not([hidden])").last).to_have_text(
+            CANCEL_THEN_REFUND[4]["text"], timeout=20_000
+        )
+        wait_for_the_end(page)
         browser.assert_no_script_errors()
 
-    cancelled = models.ToolExecution.objects.get(tool_name="cancel_booking")
+    cancelled, covered = models.ToolExecution.objects.filter(tool_name="cancel_booking").order_by(
+        "created_at"
+    )
+    assert (covered.approval, covered.decided_by) == ("approved", alice)
+    assert covered.decision_reason == "Covered by a standing decision of this conversation."
     assert (cancelled.status, cancelled.deciders, cancelled.decided_by) == (
         "succeeded",
         "user",

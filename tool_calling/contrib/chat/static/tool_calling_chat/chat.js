@@ -36,6 +36,8 @@
     waitingNote: "Waiting for a person to approve this call.",
     confirmNote: "This call waits for your confirmation before it runs.",
     confirm: (name) => `Confirm ${name}`,
+    confirmAlways: (name) => `Confirm, and always allow ${name} in this conversation`,
+    confirmedAlwaysNote: "You confirmed it; its next calls in this conversation run without asking.",
     decline: (name) => `Decline ${name}`,
     confirmedNote: "You confirmed it.",
     confirmedNextNote: "You confirmed it; an approver decides next.",
@@ -287,10 +289,12 @@
       const error = el("p", { class: "tc-error", role: "alert", hidden: true });
       const confirmButton = el("button", { type: "button", class: "tc-confirm",
         text: TEXT.confirm(this.name) });
+      const alwaysButton = el("button", { type: "button", class: "tc-confirm-always",
+        text: TEXT.confirmAlways(this.name) });
       const declineButton = el("button", { type: "button", class: "tc-decline",
         text: TEXT.decline(this.name) });
       this.confirmation = el("div", { class: "tc-confirmation" },
-        confirmButton, " ", declineButton, error);
+        confirmButton, " ", alwaysButton, " ", declineButton, error);
       this.node.append(this.confirmation);
       this.argumentsBox.open = true; // what is being confirmed, in view
       const decide = async (path, body, done) => {
@@ -306,6 +310,9 @@
       };
       confirmButton.addEventListener("click", () => decide("approve", {},
         (decided) => (decided.stage === "approver" ? TEXT.confirmedNextNote : TEXT.confirmedNote)));
+      alwaysButton.addEventListener("click", () => decide("approve", { remember: true },
+        (decided) => (decided.stage === "approver" ? TEXT.confirmedNextNote
+          : TEXT.confirmedAlwaysNote)));
       declineButton.addEventListener("click", () => decide("deny", {},
         () => TEXT.declinedNote));
     }
