@@ -52,6 +52,7 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
     list_display = (
         "tool_name",
         "user",
+        "deciders",
         "conversation_link",
         "run_link",
         "arguments_preview",
