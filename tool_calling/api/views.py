@@ -556,7 +556,8 @@ class CanDecide(IsOwnerOrPermitted):
 
     Approve: an approver, or the person whose turn made the call (who confirms it when it
     waits for their confirmation; ``approvals.approve`` refuses the rest with a reason). Deny:
-    an approver, or that person. Everyone else: 403.
+    an approver, or that person while the call waits for their confirmation. Everyone else:
+    403.
     """
 
     message = (
@@ -588,8 +589,8 @@ _DECISION_REFUSED = (
     "the person whose turn made it; one waiting for an approver (`stage` `approver`) only by "
     "holders of the permission `tool_calling.approve_toolexecution` (superusers have it; being "
     'staff is not enough), and with `APPROVALS["ALLOW_SELF_APPROVAL"]` off (the default) not '
-    "by the person whose turn made it. Denying: approvers and that person. Also a "
-    "session-authenticated request without its CSRF token.",
+    "by the person whose turn made it. Denying: approvers, and that person while the call "
+    "waits for their confirmation. Also a session-authenticated request without its CSRF token.",
 )
 
 

@@ -181,11 +181,17 @@ def may_decide(user: Any, execution: models.ToolExecution) -> bool:
 
 
 def may_deny(user: Any, execution: models.ToolExecution) -> bool:
-    """Whether ``user`` may deny ``execution``: an approver, or the person whose turn made it."""
+    """Whether ``user`` may deny ``execution``.
+
+    An approver may; so may the person whose turn made the call, while it waits for their
+    confirmation (they decline it).
+    """
     if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
         return False
+    if can_decide(user):
+        return True
     own = execution.user_id is not None and execution.user_id == user.pk
-    return own or can_decide(user)
+    return own and stage(execution) == USER
 
 
 def can_decide(user: Any) -> bool:
