@@ -585,3 +585,15 @@ def test_the_admin_revokes_a_standing_decision_and_logs_it(admin_client, alice, 
     assert standing.revoked_at is not None
     assert LogEntry.objects.get(object_id=str(standing.pk)).change_message == "Revoked."
     assert admin_client.get("/admin/tool_calling/standingdecision/add/").status_code == 403
+
+
+def test_a_decision_on_a_call_decided_meanwhile_is_answered_in_words(alice, approver, script):
+    """What the chat page shows when two people decide at once: no row id, no setting key."""
+    run = start(alice, script, tool_calls(tool_call("conf_wire", amount=5)), text("Wired."))
+    call = waiting(run, "conf_wire")
+    assert client_for(alice).post(url("tool-execution-deny", call.pk), {}).status_code == 200
+    late = approve(approver, call)
+    assert late.status_code == 409
+    assert str(late.data["detail"]) == (
+        "This call of 'conf_wire' is not awaiting approval any more (denied)."
+    )

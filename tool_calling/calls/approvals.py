@@ -74,9 +74,13 @@ class ApprovalStateError(ToolCallingError):
     """The call is not waiting for approval (any more): decided, expired, or never gated."""
 
     def __init__(self, execution: models.ToolExecution) -> None:
+        # Read by people (the chat page shows it): what became of the call, no row ids.
+        if execution.approval:
+            became = str(execution.get_approval_display()).lower()
+        else:
+            became = str(execution.get_status_display()).lower()
         super().__init__(
-            f"Tool call {execution.pk} ({execution.tool_name!r}) is not awaiting approval "
-            f"(status {execution.status!r}, approval {execution.approval or 'not required'!r})."
+            f"This call of {execution.tool_name!r} is not awaiting approval any more ({became})."
         )
         self.execution = execution
 
@@ -339,6 +343,8 @@ def approve(
         ToolArgumentsError: the edited arguments fail the schema (nothing changed).
     """
     name = execution.tool_name
+    if execution.status != models.ExecutionStatus.AWAITING_APPROVAL:
+        raise ApprovalStateError(_decided(execution))  # decided already: whose it was is moot
     own = execution.user_id is not None and execution.user_id == getattr(user, "pk", None)
     confirming = stage(execution) == USER
     if confirming and not own:
@@ -349,8 +355,7 @@ def approve(
         )
     if not confirming and own and not app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]:
         raise ApprovalForbiddenError(execution)
-    if execution.status == models.ExecutionStatus.AWAITING_APPROVAL:
-        _refuse_if_void(execution)
+    _refuse_if_void(execution)
     if confirming and execution.deciders == models.Deciders.USER_THEN_APPROVER:
         confirmed = _confirm(execution, user=user, arguments=arguments, note=note)
         if remember:
