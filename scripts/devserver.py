@@ -11,7 +11,9 @@ In order, it:
    loudly that the answers are scripted;
 3. runs ``manage.py migrate`` (which also mirrors the demo tools into the Tool table);
 4. creates the superuser ``admin`` (``DJANGO_SUPERUSER_USERNAME``), or resets its password, to
-   ``DJANGO_SUPERUSER_PASSWORD`` or a generated one, and prints the credentials;
+   ``DJANGO_SUPERUSER_PASSWORD`` or a generated one, and an approver ``approver``
+   (``DJANGO_APPROVER_USERNAME``, ``DJANGO_APPROVER_PASSWORD``: not staff, holding the
+   permission to approve tool calls), and prints both logins;
 5. starts two Celery workers: one with a pool of threads (``--threads``, 500) on the
    ``tool_calling`` and ``celery`` queues, where turns and tool calls wait on the network side
    by side, with beat embedded (the periodic sweeper); one prefork process on
@@ -457,6 +459,31 @@ def ensure_superuser() -> int:
     user.set_password(password)
     user.save()
     say(f"superuser: {'created' if created else 'updated'} {username!r}")
+    return ensure_approver(model)
+
+
+def ensure_approver(model: Any) -> int:
+    """Create or update the demo's approver (DJANGO_APPROVER_USERNAME), when one is named.
+
+    Not staff: an approver decides on the chat page's queue with the one permission deciding
+    takes. The superuser may approve too, but not the calls of their own turns (four eyes).
+    """
+    username = os.environ.get("DJANGO_APPROVER_USERNAME", "").strip()
+    password = os.environ.get("DJANGO_APPROVER_PASSWORD", "")
+    if not username or not password:
+        return 0
+    from django.contrib.auth.models import Permission
+
+    user, created = model._default_manager.get_or_create(**{model.USERNAME_FIELD: username})
+    user.is_active = True
+    user.set_password(password)
+    user.save()
+    user.user_permissions.add(
+        Permission.objects.get(
+            content_type__app_label="tool_calling", codename="approve_toolexecution"
+        )
+    )
+    say(f"approver: {'created' if created else 'updated'} {username!r}")
     return 0
 
 
@@ -567,10 +594,14 @@ def run(args: argparse.Namespace) -> int:
         run_step("migrate (also mirrors the demo tools into the Tool table)", migrate, env)
         username = os.environ.get("DJANGO_SUPERUSER_USERNAME", "").strip() or "admin"
         password = os.environ.get("DJANGO_SUPERUSER_PASSWORD") or secrets.token_urlsafe(12)
+        approver = os.environ.get("DJANGO_APPROVER_USERNAME", "").strip() or "approver"
+        approver_password = os.environ.get("DJANGO_APPROVER_PASSWORD") or secrets.token_urlsafe(12)
         user_env = {
             **env,
             "DJANGO_SUPERUSER_USERNAME": username,
             "DJANGO_SUPERUSER_PASSWORD": password,
+            "DJANGO_APPROVER_USERNAME": approver,
+            "DJANGO_APPROVER_PASSWORD": approver_password,
         }
         superuser = [PYTHON, str(Path(__file__).resolve()), "superuser"]
         run_step(f"superuser {username!r}", superuser, user_env)
@@ -645,6 +676,8 @@ def run(args: argparse.Namespace) -> int:
         say(f"  Admin:     {base}/admin/")
         say(f"  Username:  {username}")
         say(f"  Password:  {password}")
+        say(f"  Approver:  {approver} / {approver_password}  (approves refund_order on the chat")
+        say("             page; cancel_booking asks the user who wants it to confirm)")
         say(f"  Redis:     {redact(redis_url)}  {redis_about}")
         say(f"  Workers:   celery {io_args}  (pid {worker.pid}, log {shown(worker_log)})")
         say(

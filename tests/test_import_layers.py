@@ -79,6 +79,8 @@ LAYERS = [
     ("tool_calling.calls.dispatch", 6.1),
     ("tool_calling.calls.running", 6.1),
     ("tool_calling.calls.approvals", 6.2),
+    ("tool_calling.calls.notify", 6.3),
+    ("tool_calling.calls.policies", 6.0),
     ("tool_calling.calls.inline", 6.2),
     ("tool_calling.calls.executors", 6.3),
     ("tool_calling.calls.worker", 6.3),

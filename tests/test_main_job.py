@@ -233,6 +233,10 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
     assert system.value("Admin") == f"{base}/admin/"
     username, password = system.value("Username"), system.value("Password")
     assert username == "admin" and len(password) >= 12
+    # And an approver's, for the other half of four eyes (not staff: the chat page's queue).
+    approver_line = next(line for line in system.lines if line.strip().startswith("Approver:"))
+    approver, approver_password = re.match(r"\s+Approver:\s+(\S+) / (\S+)", approver_line).groups()
+    assert approver == "approver" and len(approver_password) >= 12
     with httpx.Client(base_url=base, timeout=10, trust_env=False) as web:
         login = web.get("/admin/login/")
         assert login.status_code == 200
@@ -250,12 +254,33 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
         assert logged_in.status_code == 302 and logged_in.headers["location"] == "/admin/"
         tools = web.get("/admin/tool_calling/tool/")
         assert tools.status_code == 200
-        demo_tools = {"get_weather", "get_current_time", "add_numbers", "refund_order"}
+        demo_tools = {
+            "get_weather",
+            "get_current_time",
+            "add_numbers",
+            "cancel_booking",
+            "refund_order",
+        }
         assert demo_tools <= set(re.findall("|".join(demo_tools), tools.text))
         # The front door is the chat page; the admin's session logs into it too.
         assert system.value("Chat") == f"{base}/"
         front = web.get("/")
         assert front.status_code == 200 and "New conversation" in front.text
+    # The approver logs in to the chat page, where the approval queue is theirs.
+    with httpx.Client(base_url=base, timeout=10, trust_env=False) as web:
+        form = web.get("/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
+        logged_in = web.post(
+            "/login/",
+            data={
+                "username": approver,
+                "password": approver_password,
+                "csrfmiddlewaretoken": token,
+            },
+            headers={"Referer": f"{base}/login/"},
+        )
+        assert logged_in.status_code == 302, logged_in.text
+        assert 'id="approvals"' in web.get("/").text
 
     # A chat turn against the replay server calls the demo tool.
     chat = run([sys.executable, "manage.py", "chat", "What's the weather in Oslo?"], env)

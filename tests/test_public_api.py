@@ -175,6 +175,8 @@ def test_tool_decorator_signature() -> None:
         ("title", KW, None),
         ("annotations", KW, None),
         ("icons", KW, ()),
+        # The user's confirmation of a call (a bool or a callable of the arguments).
+        ("requires_confirmation", KW, False),
     ]
 
 

@@ -41,6 +41,14 @@ from tool_calling.core.chat.messages import (
 from tool_calling.core.chat.model import ChatModel
 from tool_calling.core.chat.prompt import ChatOptions, Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse, Generation
+from tool_calling.core.execution.confirmation import (
+    DefaultToolCallConfirmationPolicy,
+    PendingToolCall,
+    ToolCallConfirmationPolicy,
+    ToolCallConfirmationRequiredError,
+    ToolCallDecision,
+    ToolNameConfirmationPolicy,
+)
 from tool_calling.core.execution.eligibility import ToolExecutionEligibilityPredicate
 from tool_calling.core.execution.exception_processor import (
     DefaultToolExecutionExceptionProcessor,
@@ -133,6 +141,7 @@ __all__ = [
     "ChatModel",
     "ChatOptions",
     "ChatResponse",
+    "DefaultToolCallConfirmationPolicy",
     "DefaultToolCallingManager",
     "DefaultToolExecutionExceptionProcessor",
     "DelegatingToolCallbackResolver",
@@ -147,11 +156,15 @@ __all__ = [
     "MessageChatMemoryAdvisor",
     "MessageWindowChatMemory",
     "OpenAIChatModel",
+    "PendingToolCall",
     "Prompt",
     "RegexToolIndex",
     "StaticToolCallbackResolver",
     "SystemMessage",
     "ToolCall",
+    "ToolCallConfirmationPolicy",
+    "ToolCallConfirmationRequiredError",
+    "ToolCallDecision",
     "ToolCallLimitBehavior",
     "ToolCallLimitExceededException",
     "ToolCallLimits",
@@ -159,6 +172,7 @@ __all__ = [
     "ToolCallback",
     "ToolCallbackProvider",
     "ToolCallbackResolver",
+    "ToolNameConfirmationPolicy",
     "ToolCallingAdvisor",
     "ToolCallingChatOptions",
     "ToolCallingError",

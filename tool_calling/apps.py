@@ -28,7 +28,7 @@ class SimpleToolCallingConfig(AppConfig):
 
         from tool_calling import checks as tool_calling_checks
         from tool_calling import observability
-        from tool_calling.calls import approvals
+        from tool_calling.calls import approvals, notify, policies
         from tool_calling.conf import django_core_settings
         from tool_calling.core._settings import set_core_settings_provider
         from tool_calling.db import sqlite_connection_created
@@ -43,6 +43,10 @@ class SimpleToolCallingConfig(AppConfig):
         connection_created.connect(sqlite_connection_created, dispatch_uid="tool_calling_sqlite")
         # Durable runs advance when their calls end (the calls only send signals).
         receivers.connect()
+        # Operators' decision policies take effect here at once (other processes within seconds).
+        policies.connect()
+        # E-mail to approvers when a call waits for them (APPROVALS["NOTIFY_BY_EMAIL"]).
+        notify.connect()
         # Approval metrics (decisions, the gauges of waiting calls) when a meter is configured.
         observability.connect(approvals_waiting=approvals.waiting)
         if importlib.util.find_spec("celery") is not None:

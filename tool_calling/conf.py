@@ -245,6 +245,10 @@ DEFAULTS: dict[str, Any] = {
         # production default) = someone else must approve; anyone who may decide may still
         # deny. True suits a one-person development setup testing its own gated tools.
         "ALLOW_SELF_APPROVAL": False,
+        # Send an e-mail (Django's mail settings) to every approver with an address when a call
+        # starts waiting for an approver: its tool, who asked, the conversation and when it
+        # expires; never its arguments. False = the signal approval_requested only.
+        "NOTIFY_BY_EMAIL": False,
     },
     # --- MCP server (tool_calling.mcp.serving: /mcp/ of tool_calling.asgi.with_mcp) ---------
     "MCP": {

@@ -19,6 +19,8 @@ Everything the library raises on purpose derives from :class:`ToolCallingError`:
      ├── RemoteToolError                    a tool raised on a worker and its class could not
      │                                      be rebuilt here; .error_type
      ├── ToolCallLimitExceededException     .tool_name, .limit, .partial_result
+     ├── ToolCallConfirmationRequiredError  calls of a reply wait for the user's decision;
+     │                                      .pending, .assistant (none of the reply's calls ran)
      └── ChatModelError                     the model API failed after the SDK's retries;
           │                                 .status_code, .request_id, .retry_after
           ├── ChatModelAuthenticationError  401/403: bad or missing API key
@@ -30,7 +32,8 @@ Everything the library raises on purpose derives from :class:`ToolCallingError`:
 This module is part of the pure-Python core: it never imports Django. The classes are defined
 next to the code that raises them (``core/errors.py``, ``ToolExecutionException`` in
 ``core/tools/callback.py``, ``ToolCallLimitExceededException`` in ``core/execution/limits.py``,
-the one place limits are enforced), so the core never imports this module and no import runs in
+the one place limits are enforced, ``ToolCallConfirmationRequiredError`` in
+``core/execution/confirmation.py``), so the core never imports this module and no import runs in
 a circle; every name is re-exported here.
 """
 
@@ -55,6 +58,7 @@ from tool_calling.core.errors import (
     ToolResolutionError,
     ToolSearchQueryError,
 )
+from tool_calling.core.execution.confirmation import ToolCallConfirmationRequiredError
 from tool_calling.core.execution.limits import ToolCallLimitExceededException
 from tool_calling.core.tools.callback import ToolExecutionException
 
@@ -71,6 +75,7 @@ __all__ = [
     "McpServerUnavailableError",
     "RemoteToolError",
     "ToolArgumentsError",
+    "ToolCallConfirmationRequiredError",
     "ToolCallLimitExceededException",
     "ToolCallingError",
     "ToolDefinitionError",

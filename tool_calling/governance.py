@@ -90,6 +90,10 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         **kwargs: As ``DefaultToolCallingManager``.
     """
 
+    # The gate decides who confirms or approves a call (calls.gate, rule 4): a durable run
+    # waits for the user, other turns refuse the call with a text the model reads.
+    decides_confirmation = False
+
     def __init__(
         self,
         *,

@@ -12,6 +12,7 @@ from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
 from tool_calling.conf import broker_visibility_timeout, hard_time_limit
@@ -98,6 +99,14 @@ class Tool(models.Model):
         help_text=_(
             'Icons served over /mcp/, e.g. [{"src": "https://example.com/t.png", "mimeType": '
             '"image/png", "sizes": ["48x48"]}]; empty uses the code\'s.'
+        ),
+    )
+    requires_confirmation = models.BooleanField(
+        _("requires the user's confirmation"),
+        default=False,
+        help_text=_(
+            "The person whose turn it is must confirm each call before it runs (with approval "
+            "too: the user confirms first, then an approver approves)."
         ),
     )
     execution_mode = models.CharField(
@@ -449,6 +458,14 @@ class ExecutionStatus(models.TextChoices):
     DENIED = "denied", _("Denied")
 
 
+class Deciders(models.TextChoices):
+    """Who decides a waiting call: the turn's user, an approver, or both in that order."""
+
+    APPROVER = "approver", _("An approver")
+    USER = "user", _("The user")
+    USER_THEN_APPROVER = "user+approver", _("The user, then an approver")
+
+
 class ApprovalDecision(models.TextChoices):
     """What became of a call that needed a person's approval."""
 
@@ -557,6 +574,46 @@ class ToolExecution(models.Model):
         help_text=_("Who approved or denied the call."),
     )
     decided_at = models.DateTimeField(_("decided"), null=True, blank=True)
+    deciders = models.CharField(
+        _("decided by whom"),
+        max_length=16,
+        choices=Deciders.choices,
+        default=Deciders.APPROVER,
+        help_text=_(
+            "For a call that waits for a decision: the user's confirmation, an approver's "
+            "approval, or both (the user first)."
+        ),
+    )
+    confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("confirmed by"),
+        help_text=_("The user who confirmed the call before an approver decided it."),
+    )
+    confirmed_at = models.DateTimeField(_("confirmed"), null=True, blank=True)
+    definition_sha256 = models.CharField(
+        _("definition decided on (SHA-256)"),
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The tool's definition when the call started waiting: a decision is void once it "
+            "changes."
+        ),
+    )
+    decision_basis = models.CharField(
+        _("rules decided under"),
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "A digest of the rules that asked for the decision (flags, policies): a decision is "
+            "void once they change."
+        ),
+    )
     decision_reason = models.TextField(
         _("decision reason"),
         blank=True,
@@ -982,6 +1039,149 @@ class PendingApproval(ToolExecution):
         verbose_name = _("call awaiting approval")
         verbose_name_plural = _("calls awaiting approval")
         default_permissions = ()
+
+
+class StandingDecision(models.Model):
+    """A decision that covers the next calls of one tool in one conversation.
+
+    "Always allow get_invoice in this conversation": made with a decision on a waiting call,
+    it lets later calls of that tool in that conversation run without asking, for the kind of
+    decision it was (the user's confirmation or an approver's approval), as long as the tool's
+    definition and the rules that asked are those it was made under. Revoking it, or a change
+    of either, asks again.
+    """
+
+    conversation = models.ForeignKey(
+        Conversation,
+        on_delete=models.CASCADE,
+        related_name="standing_decisions",
+        verbose_name=_("conversation"),
+    )
+    tool_name = models.CharField(_("tool"), max_length=64)
+    stage = models.CharField(
+        _("kind of decision"),
+        max_length=16,
+        choices=[("user", _("The user's confirmation")), ("approver", _("An approval"))],
+    )
+    definition_sha256 = models.CharField(_("definition (SHA-256)"), max_length=64)
+    decision_basis = models.CharField(_("rules decided under"), max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("made by"),
+    )
+    created_from = models.ForeignKey(
+        ToolExecution,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("made on the call"),
+    )
+    created_at = models.DateTimeField(_("made"), auto_now_add=True)
+    revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        verbose_name = _("standing decision")
+        verbose_name_plural = _("standing decisions")
+        indexes = [
+            models.Index(fields=["conversation", "tool_name"], name="tc_standing_conv_tool"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.stage})"
+
+
+class DecisionPolicy(models.Model):
+    """An operator's rule that some calls wait for the user's confirmation or an approver.
+
+    Matched at call time by the gate (``calls.policies``), on top of what each tool's code and
+    row say: a policy can ask for more decisions, never fewer. Every criterion that is set must
+    hold: the tool's name (a glob pattern), its source, the pinned ``destructiveHint`` of an MCP
+    server's tool, and a condition on the call's arguments.
+    """
+
+    name = models.CharField(
+        _("name"), max_length=200, help_text=_("What the policy is for, for operators.")
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    tool_pattern = models.CharField(
+        _("tool name pattern"),
+        max_length=200,
+        blank=True,
+        help_text=_(
+            "A shell-style pattern of tool names (refund_*, github__delete_*); blank: any tool."
+        ),
+    )
+    source = models.CharField(
+        _("source"),
+        max_length=200,
+        blank=True,
+        help_text=_(
+            "Only tools of this source: an app label, or mcp:<alias> for an MCP server's tools; "
+            "blank: any source."
+        ),
+    )
+    destructive_only = models.BooleanField(
+        _("destructive MCP tools only"),
+        default=False,
+        help_text=_(
+            "Only tools of MCP servers whose pinned definition says destructiveHint: true (a "
+            "server's hint can add a decision here, never remove one)."
+        ),
+    )
+    condition = models.CharField(
+        _("condition"),
+        max_length=300,
+        blank=True,
+        help_text=_(
+            "The dotted path of a function taking the call's arguments (a dict) and returning "
+            "whether the policy applies (myapp.policies.large_amount); blank: every call."
+        ),
+    )
+    requires_confirmation = models.BooleanField(
+        _("requires the user's confirmation"),
+        default=False,
+        help_text=_("The person whose turn it is confirms each matching call before it runs."),
+    )
+    requires_approval = models.BooleanField(
+        _("requires approval"),
+        default=False,
+        help_text=_("An approver approves each matching call (after the user, if both)."),
+    )
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        ordering = ["name", "pk"]
+        verbose_name = _("decision policy")
+        verbose_name_plural = _("decision policies")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Check that the policy asks for something and that its condition can be imported."""
+        errors: dict[str, Any] = {}
+        if not self.requires_confirmation and not self.requires_approval:
+            errors["requires_confirmation"] = _(
+                "A policy must ask for the user's confirmation, an approval, or both."
+            )
+        if self.condition:
+            try:
+                found = import_string(self.condition)
+            except ImportError:
+                errors["condition"] = _("%(path)r cannot be imported.") % {"path": self.condition}
+            else:
+                if not callable(found):
+                    errors["condition"] = _("%(path)r is not a function.") % {
+                        "path": self.condition
+                    }
+        if errors:
+            raise ValidationError(errors)
 
 
 # --- MCP servers (issue 13) -----------------------------------------------------------------------

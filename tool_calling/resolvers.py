@@ -115,6 +115,8 @@ class CallRules:
 
     requires_approval: bool = False
     """A person must approve the call first."""
+    requires_confirmation: bool = False
+    """The user whose turn it is must confirm the call first (before an approver, if both)."""
     permission: str = ""
     """A Django permission the user must hold (``app_label.codename``); blank: none."""
     quota_per_user: int | None = None
@@ -129,6 +131,8 @@ class CallRules:
     """Seconds before the first retry."""
     idempotent: bool = False
     """Whether running a call twice does no harm."""
+    schema_hash: str = ""
+    """The SHA-256 of the tool's definition now: what a person's decision on a call is bound to."""
 
     @classmethod
     def of_column(cls, value: dict[str, Any] | None) -> CallRules | None:
@@ -140,6 +144,7 @@ class CallRules:
         return dataclasses.replace(
             rules,
             requires_approval=bool(rules.requires_approval),
+            requires_confirmation=bool(rules.requires_confirmation),
             idempotent=bool(rules.idempotent),
         )
 

@@ -24,14 +24,16 @@ about runs.
     the run's error text, or the type of the exception an in-process turn raised).
 
 ``approval_requested``
-    A call of a tool that requires approval is waiting for a person. Sent with
-    ``execution`` (the ``ToolExecution``, status ``awaiting_approval``) and ``run`` (its
-    ``Run``). Connect it to notify approvers (mail, chat) with a link to the approval queue.
+    A call is waiting for a person: the user's confirmation, an approver's approval, or both
+    (``execution.deciders``). Sent with ``execution`` (the ``ToolExecution``, status
+    ``awaiting_approval``) and ``run`` (its ``Run``). Connect it to notify approvers (mail,
+    chat) with a link to the approval queue.
 
 ``approval_decided``
     Someone approved or denied a waiting call, or it expired. Sent with ``execution`` (as
     stored after the decision: ``approval``, ``decided_by``, ``decided_at``,
-    ``decision_reason``) and ``decision`` (``"approved"``, ``"denied"`` or ``"expired"``).
+    ``decision_reason``) and ``decision`` (``"approved"``, ``"denied"`` or ``"expired"``; or
+    ``"confirmed"`` when the user confirmed a call an approver decides next).
 
 Example::
 

@@ -55,8 +55,10 @@ def sync_tools(target: ToolRegistry | None = None, *, dry_run: bool = False) -> 
     are updated; tools that vanished from code are marked missing (never deleted, never
     callable); tools back in code are unmarked. Operator settings (enabled, approval, limits,
     groups, execution mode, queue, timeout) are never touched, with one exception: a tool whose
-    code says ``@tool(requires_approval=True)`` always requires approval (the code is a floor
-    operators cannot lift). Return-direct follows the code for new tools only.
+    code says ``@tool(requires_approval=True)`` always requires approval, and one whose code says
+    ``@tool(requires_confirmation=True)`` always requires the user's confirmation (the code is a
+    floor operators cannot lift; a condition on the arguments is applied by the gate per call).
+    Return-direct follows the code for new tools only.
     """
     target = registry if target is None else target
     report = SyncReport()
@@ -80,6 +82,7 @@ def sync_tools(target: ToolRegistry | None = None, *, dry_run: bool = False) -> 
                         enabled=bool(app_settings.NEW_TOOLS_ENABLED),
                         return_direct=entry.callback.metadata.return_direct,
                         requires_approval=entry.callback.metadata.requires_approval,
+                        requires_confirmation=entry.callback.metadata.requires_confirmation is True,
                         synced_at=now,
                     )
                 continue
@@ -96,6 +99,12 @@ def sync_tools(target: ToolRegistry | None = None, *, dry_run: bool = False) -> 
                 )
             if entry.callback.metadata.requires_approval and not tool.requires_approval:
                 fields["requires_approval"] = True
+                if name not in report.changed:
+                    report.changed.append(name)
+            if entry.callback.metadata.requires_confirmation is True and (
+                not tool.requires_confirmation
+            ):
+                fields["requires_confirmation"] = True
                 if name not in report.changed:
                     report.changed.append(name)
             if tool.source != entry.source:

@@ -49,6 +49,14 @@ def add_numbers(
     return a + b
 
 
+@tool(requires_confirmation=True)
+def cancel_booking(
+    booking_id: Annotated[str, ToolParam("The booking's id, e.g. 'B7'")],
+) -> str:
+    """Cancel a booking (demo: nothing is cancelled). The user confirms every cancellation."""
+    return f"Cancelled booking {booking_id} (demo: nothing changed)."
+
+
 @tool(requires_approval=True)
 def refund_order(
     order_id: Annotated[str, ToolParam("The order's id, e.g. '42'")],

@@ -319,7 +319,12 @@ def test_an_approver_edits_and_approves_one_call_and_denies_another_and_the_run_
         sync_api.expect(items).to_have_count(2)
         sync_api.expect(queue.locator("#approvals-count")).to_have_text("(2)")
         first = items.filter(has_text='"42"')
-        sync_api.expect(first.locator(".tc-approval-meta")).to_have_text("Asked by alice")
+        meta = first.locator(".tc-approval-meta")
+        sync_api.expect(meta.first).to_contain_text("Asked by alice · Asked ")
+        sync_api.expect(meta.last).to_have_text("In “Refund orders 42 and 43”")
+        sync_api.expect(first.locator(".tc-approval-message")).to_have_text(
+            "The user wrote: Refund orders 42 and 43"
+        )
         editor = first.get_by_label("Arguments (JSON)")
         shown_arguments = json.loads(editor.input_value())
         approve = first.get_by_role("button", name="Approve refund_order")
@@ -340,6 +345,8 @@ def test_an_approver_edits_and_approves_one_call_and_denies_another_and_the_run_
         editor.fill('{"order_id": "42", "amount": 10}')
         approve.click()
         sync_api.expect(items).to_have_count(1)
+        # The decision stays written where it was taken, not only announced.
+        sync_api.expect(queue.locator("#approvals-status")).to_have_text("Approved refund_order.")
 
         second = items.first
         deny = second.get_by_role("button", name="Deny refund_order")
@@ -391,6 +398,104 @@ def test_an_approver_edits_and_approves_one_call_and_denies_another_and_the_run_
     assert json.loads(ran.original_arguments) == {"order_id": "42", "amount": 30}
     assert (refused.status, refused.decided_by, refused.decision_reason) == ("denied", rita, REASON)
     assert models.Run.objects.get().status == "succeeded"
+
+
+CANCEL_THEN_REFUND = [
+    {"tool_calls": [{"name": "cancel_booking", "arguments": {"booking_id": "B7"}}]},
+    {"tool_calls": [{"name": "refund_order", "arguments": {"order_id": "B7", "amount": 40}}]},
+    {"text": "Booking B7 is cancelled and refunded.", "chunk_delay": 0.05},
+    {"tool_calls": [{"name": "cancel_booking", "arguments": {"booking_id": "B8"}}]},
+    {"text": "Booking B8 is cancelled too.", "chunk_delay": 0.05},
+]
+
+
+def test_the_user_confirms_one_call_and_an_approver_approves_the_next(
+    web: WebServer, alice: User, artifacts: Path
+) -> None:
+    """Both kinds of decision, each by the one person who may take it, on the chat page."""
+    rita = User.objects.create_user("rita", password=PASSWORD)  # an approver, not staff
+    rita.user_permissions.add(
+        Permission.objects.get(
+            content_type__app_label="tool_calling", codename="approve_toolexecution"
+        )
+    )
+    with ReplayServer(CANCEL_THEN_REFUND, port=settings.MODEL_PORT), chromium(artifacts) as browser:
+        page = browser.new_page("alice")
+        log_in(page, web.url, "alice")
+        send(page, "Cancel booking B7 and refund it")
+        page.wait_for_url(re.compile(r"/conversations/"))
+        cancel = page.locator(".tc-tool-call").first
+        sync_api.expect(cancel).to_have_attribute("data-status", "awaiting_approval")
+        sync_api.expect(cancel.locator(".tc-tool-note")).to_have_text(
+            "This call waits for your confirmation before it runs."
+        )
+
+        # The approver sees it waiting for alice, with no button to take her decision.
+        queue = browser.new_page("rita")
+        log_in(queue, web.url, "rita")
+        item = queue.locator("#approvals-list .tc-approval")
+        sync_api.expect(item).to_have_count(1)
+        sync_api.expect(item.locator(".tc-approval-waits")).to_have_text(
+            "Waits for alice to confirm it first."
+        )
+        assert item.locator("button").count() == 0
+
+        cancel.get_by_role(
+            "button", name="Confirm, and always allow cancel_booking in this conversation"
+        ).click()
+        sync_api.expect(cancel.locator(".tc-tool-note")).to_have_text(
+            "You confirmed it; its next calls in this conversation run without asking."
+        )
+        sync_api.expect(cancel).to_have_attribute("data-status", "succeeded", timeout=20_000)
+        assert cancel.locator(".tc-confirmation").count() == 0
+
+        # The refund waits for an approver: alice has no button for it, rita has.
+        refund = page.locator(".tc-tool-call").nth(1)
+        sync_api.expect(refund).to_have_attribute(
+            "data-status", "awaiting_approval", timeout=20_000
+        )
+        sync_api.expect(refund.locator(".tc-tool-note")).to_have_text(
+            "Waiting for a person to approve this call."
+        )
+        assert refund.locator(".tc-confirmation, button").count() == 0
+        queue.get_by_role("button", name="Refresh").click()
+        waiting = queue.locator("#approvals-list .tc-approval").filter(has_text="refund_order")
+        waiting.get_by_role("button", name="Approve refund_order").click()
+        sync_api.expect(queue.locator("#approvals-status")).to_have_text("Approved refund_order.")
+
+        sync_api.expect(refund).to_have_attribute("data-status", "succeeded", timeout=20_000)
+        final = page.locator(".tc-assistant .tc-text:not([hidden])").last
+        sync_api.expect(final).to_have_text(CANCEL_THEN_REFUND[2]["text"], timeout=20_000)
+        wait_for_the_end(page)  # the message box takes messages again
+
+        # The standing decision: the next cancellation here runs without asking.
+        page.get_by_role("textbox", name="Message").fill("Cancel booking B8 too")
+        page.get_by_role("button", name="Send").click()
+        again = page.locator(".tc-tool-call").nth(2)
+        sync_api.expect(again).to_have_attribute("data-status", "succeeded", timeout=20_000)
+        assert again.locator(".tc-confirmation").count() == 0
+        sync_api.expect(page.locator(".tc-assistant .tc-text:not([hidden])").last).to_have_text(
+            CANCEL_THEN_REFUND[4]["text"], timeout=20_000
+        )
+        wait_for_the_end(page)
+        browser.assert_no_script_errors()
+
+    cancelled, covered = models.ToolExecution.objects.filter(tool_name="cancel_booking").order_by(
+        "created_at"
+    )
+    assert (covered.approval, covered.decided_by) == ("approved", alice)
+    assert covered.decision_reason == "Covered by a standing decision of this conversation."
+    assert (cancelled.status, cancelled.deciders, cancelled.decided_by) == (
+        "succeeded",
+        "user",
+        alice,
+    )
+    refunded = models.ToolExecution.objects.get(tool_name="refund_order")
+    assert (refunded.status, refunded.deciders, refunded.decided_by) == (
+        "succeeded",
+        "approver",
+        rita,
+    )
 
 
 # -- a reload in the middle of a run ---------------------------------------------------------------

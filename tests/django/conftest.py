@@ -20,3 +20,13 @@ def script():
             return stack.enter_context(chat_model(ScriptedChatModel(list(steps))))
 
         yield make
+
+
+@pytest.fixture(autouse=True)
+def _fresh_decision_policies():
+    """Each test reads the decision policies anew: a flushed table sends no post_delete."""
+    from tool_calling.calls import policies
+
+    policies.forget_policies()
+    yield
+    policies.forget_policies()

@@ -754,3 +754,33 @@ def test_approve_action_leaves_ones_own_calls_waiting_when_self_approval_is_off(
     call.refresh_from_db()
     assert (call.status, call.approval) == ("awaiting_approval", "pending")
     assert RAN == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_decision_page_of_ones_own_call_offers_no_approve_and_says_why(
+    admin_client: Any, admin_user: Any, gated_tool: None
+) -> None:
+    """No "please correct the error below" with nothing to correct: the page says who decides."""
+    with scripted_model(*ONE_TRANSFER):
+        run = start_gated_run(admin_user)
+        [call] = gated_calls(run)
+        with override_settings(
+            TOOL_CALLING=tool_calling_settings(APPROVALS={"ALLOW_SELF_APPROVAL": False})
+        ):
+            page = admin_client.get(decision_url(call))
+            html = page.content.decode()
+            assert 'name="_approve"' not in html
+            assert (
+                "You asked for this call yourself, so another person must approve it. You may "
+                "still deny it."
+            ) in html
+            # A hand-made POST is told the same, not sent back to a form with errors.
+            posted = admin_client.post(
+                decision_url(call), {"arguments": "{}", "reason": "", "_approve": "1"}, follow=True
+            )
+    assert "please correct the error below" not in posted.content.decode()
+    assert page_messages(posted) == [
+        "You asked for this call of 'transfer_funds' yourself, so another person must approve it."
+    ]
+    call.refresh_from_db()
+    assert call.status == "awaiting_approval"

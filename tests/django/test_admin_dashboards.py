@@ -384,22 +384,23 @@ def test_the_usage_page_runs_five_queries_of_its_own_whatever_the_days(
         assert admin_client.get(usage_url(tool_row)).status_code == 200
 
 
-def test_the_overview_runs_at_most_four_queries_of_its_own(
+def test_the_overview_runs_at_most_five_queries_of_its_own(
     admin_client: Any, django_assert_num_queries: Any
 ) -> None:
-    """Budget: 2 (session, user) + runs + oldest waiting call + how many wait + tokens."""
+    """Budget: 2 (session, user) + runs + oldest waiting call + how many wait + today's
+    decisions + tokens."""
     conversation = models.Conversation.objects.create()
     write_runs(conversation, {"succeeded": 2}, days_ago=0)
     write_calls("t", [Call(0, status="awaiting_approval")])
     write_answers(conversation, {days: [{"prompt_tokens": days}] for days in range(14)})
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         response = admin_client.get(OVERVIEW_URL)
     assert response.status_code == 200
     html = response.content.decode()
     assert 'id="tc-waiting">1</a>' in html
     assert 'data-key="succeeded" data-values="2"' in html
     # With every past day cached, still one token query (today's).
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         admin_client.get(OVERVIEW_URL)
 
 
@@ -494,3 +495,34 @@ def test_the_limit_texts_match_what_the_model_is_told() -> None:
     assert usage.LIMIT_REFUSAL_TEXTS == ("Tool call limit (", "Total tool call limit (")
     assert json.dumps(usage.LIMIT_REFUSAL_TEXTS)  # plain strings
     assert moment(0).date() == timezone.localdate()
+
+
+def test_the_overview_counts_todays_decisions_by_kind_and_their_median_wait(
+    admin_client: Any,
+) -> None:
+    now = timezone.now()
+    for approval, deciders, waited in (
+        ("approved", "user", 30),  # confirmed by its user
+        ("approved", "user+approver", 90),
+        ("approved", "approver", 600),
+        ("denied", "approver", 60),
+        ("expired", "approver", 86400),
+    ):
+        row = models.ToolExecution.objects.create(
+            tool_call_id=f"c-{approval}-{deciders}",
+            tool_name="t",
+            status="succeeded" if approval == "approved" else "denied",
+            approval=approval,
+            deciders=deciders,
+            decided_at=now,
+        )
+        # created_at is set on creation: move it back by the wait.
+        models.ToolExecution.objects.filter(pk=row.pk).update(
+            created_at=now - timedelta(seconds=waited)
+        )
+    html = admin_client.get(OVERVIEW_URL).content.decode()
+    assert (
+        '<dd id="tc-decisions">1 confirmed by their user, 2 approved by an approver, '
+        "1 denied or declined, 1 expired.</dd>"
+    ) in html
+    assert '<dd id="tc-median-wait">90 s</dd>' in html

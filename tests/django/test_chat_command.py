@@ -17,7 +17,7 @@ from tool_calling.testing import ReplayServer, text, tool_call
 pytestmark = pytest.mark.django_db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEMO_TOOLS = ["get_current_time", "get_weather", "add_numbers", "refund_order"]
+DEMO_TOOLS = ["get_current_time", "get_weather", "add_numbers", "cancel_booking", "refund_order"]
 
 
 def chat_model_settings(server):
@@ -89,7 +89,7 @@ def test_an_unknown_tool_is_a_command_error_and_the_model_is_not_called():
 
     assert str(caught.value) == (
         "Unknown tool(s): get_wether. Registered tools: get_current_time, get_weather, "
-        "add_numbers, refund_order."
+        "add_numbers, cancel_booking, refund_order."
     )
 
 
@@ -112,7 +112,12 @@ def test_a_disabled_tool_is_not_offered_by_default():
         run_chat(server, "Hi")
         requests = server.requests
 
-    assert offered(requests[0]) == ["get_current_time", "add_numbers", "refund_order"]
+    assert offered(requests[0]) == [
+        "get_current_time",
+        "add_numbers",
+        "cancel_booking",
+        "refund_order",
+    ]
 
 
 def test_stream_prints_the_answer_as_it_streams():

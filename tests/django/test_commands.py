@@ -19,7 +19,9 @@ from tool_calling.testing import ReplayServer, text, tool_call
 
 pytestmark = pytest.mark.django_db
 
-DEMO_TOOLS = "get_current_time, get_weather, add_numbers, refund_order"  # registry order
+DEMO_TOOLS = (
+    "get_current_time, get_weather, add_numbers, cancel_booking, refund_order"  # registry order
+)
 
 
 def run(*args):
@@ -66,6 +68,7 @@ def test_tools_list_shows_state_source_approval_and_limit(extra_tool):
     assert [line.rstrip() for line in out.splitlines()] == [
         "NAME                             STATE      SOURCE           APPROVAL  LIMIT",
         "add_numbers                      enabled    demo             no        5",
+        "cancel_booking                   enabled    demo             no        default",
         "get_current_time                 enabled    demo             no        excluded",
         "get_weather                      disabled   demo             yes       default",
         "refund_order                     enabled    demo             yes       default",
@@ -112,7 +115,7 @@ def test_tools_call_of_a_disabled_tool_is_refused_and_audited():
     models.Tool.objects.filter(name="get_weather").update(enabled=False)
     message = (
         "Unknown or disabled tool 'get_weather'. Available tools: get_current_time, "
-        "add_numbers, refund_order. Call one of these by its exact name."
+        "add_numbers, cancel_booking, refund_order. Call one of these by its exact name."
     )
     with pytest.raises(CommandError, match=f"^{re.escape(message)}$"):
         run("tools", "call", "get_weather", '{"city": "Oslo"}')
@@ -246,6 +249,7 @@ def test_chat_stores_the_conversation_and_continues_it():
             "get_current_time",
             "get_weather",
             "add_numbers",
+            "cancel_booking",
             "refund_order",
         ]
         assert server.requests[0]["model"] == "test-model"
@@ -285,7 +289,12 @@ def test_chat_offers_no_disabled_tool():
     models.Tool.objects.filter(name="get_weather").update(enabled=False)
     with replay(text("Hi")) as server:
         run("chat", "Hello")
-    assert tool_names(server.requests[0]) == ["get_current_time", "add_numbers", "refund_order"]
+    assert tool_names(server.requests[0]) == [
+        "get_current_time",
+        "add_numbers",
+        "cancel_booking",
+        "refund_order",
+    ]
 
 
 def test_chat_with_an_unknown_tool_fails_before_anything_happens():

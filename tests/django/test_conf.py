@@ -61,7 +61,11 @@ def test_documented_defaults():
         "BROKER_TIMEOUT": 2,
         "RETRY_BACKOFF_MAX": 60,
     }
-    assert DEFAULTS["APPROVALS"] == {"EXPIRE_AFTER": 86400, "ALLOW_SELF_APPROVAL": False}
+    assert DEFAULTS["APPROVALS"] == {
+        "EXPIRE_AFTER": 86400,
+        "ALLOW_SELF_APPROVAL": False,
+        "NOTIFY_BY_EMAIL": False,
+    }
     assert DEFAULTS["LIMITS"] == {
         "MAX_CALLS_PER_TOOL_DEFAULT": 40,
         "MAX_CALLS_PER_TOOL": {},

@@ -41,6 +41,7 @@ CALLS = {
     "settle_lost": ({"running"}, {"unknown", "failed"}),
     "kill": ({"running"}, {"timed_out"}),
     "withdraw": ({"pending"}, {"timed_out"}),
+    "confirm": ({"awaiting_approval"}, {"awaiting_approval"}),
     "approve": ({"awaiting_approval"}, {"pending"}),
     "deny": ({"awaiting_approval"}, {"denied"}),
 }
@@ -95,6 +96,7 @@ CALL_TRANSITIONS = {
     "settle_lost": lambda ref: bool(calls.settle_lost(ref, idempotent=False)),
     "kill": lambda ref: calls.kill(ref.execution_id, "w1", "killed"),
     "withdraw": lambda ref: calls.withdraw(ref, "gave up"),
+    "confirm": lambda ref: calls.confirm(ref.execution_id, confirmed_at=timezone.now()),
     "approve": lambda ref: calls.approve(ref.execution_id, approval="approved"),
     "deny": lambda ref: calls.deny(ref, "denied", expired=False, user=None, reason=""),
 }

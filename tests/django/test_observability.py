@@ -499,6 +499,20 @@ def test_a_durable_run_is_one_turn_span_from_its_first_step_to_its_end(alice, sc
     assert wire.attributes["tool_calling.approval"] == "approved"
     assert wire.attributes["tool_calling.tool_call.execution_mode"] == "celery"
     assert "tool_calling.approval" not in tools["execute_tool obs_add"].attributes
+    # The tool_calling.approval.* namespace: who decided, when, how long it waited; no argument.
+    gated = models.ToolExecution.objects.get(run=run, tool_name="obs_wire")
+    approval = {k: v for k, v in wire.attributes.items() if k.startswith("tool_calling.approval.")}
+    assert approval == {
+        "tool_calling.approval.deciders": "approver",
+        "tool_calling.approval.requested_at": gated.created_at.isoformat(),
+        "tool_calling.approval.decided_at": gated.decided_at.isoformat(),
+        "tool_calling.approval.decided_by": "approver",
+        "tool_calling.approval.decider.id": str(reviewer.pk),
+        "tool_calling.approval.wait": (gated.decided_at - gated.created_at).total_seconds(),
+    }
+    assert not any(
+        k.startswith("tool_calling.approval.") for k in tools["execute_tool obs_add"].attributes
+    )
     points = otel.metrics()
     (decisions,) = points[semconv.APPROVAL_DECISIONS]
     assert (decisions.value, dict(decisions.attributes)) == (

@@ -28,7 +28,7 @@ from tool_calling import (
     tasks,
     tool,
 )
-from tool_calling.calls import dispatch
+from tool_calling.calls import dispatch, policies
 from tool_calling.calls.executors import CeleryToolExecutor
 from tool_calling.governance import governed_chat_client
 from tool_calling.registry import registry
@@ -55,6 +55,16 @@ def mask(text, *, tool_name, field):
 def budget_tools():
     with registered(budget_add):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _policies_read():
+    """The decision policies as a running process has them: read once, kept for seconds.
+
+    Each budget is the steady state; the one read of the policies per process and
+    ``POLICY_CACHE_SECONDS`` is counted in tests/django/test_confirmation.py.
+    """
+    policies.policy_deciders("budget_add", {})
 
 
 @pytest.fixture

@@ -242,7 +242,7 @@ def test_sync_tools_dry_run_prints_the_summary_and_changes_nothing():
         "Would create: add_numbers\n"
         "Would update: get_weather\n"
         "Would mark missing: retired\n"
-        "Dry run: 1 new, 1 changed, 1 missing, 0 restored, 2 unchanged.\n"
+        "Dry run: 1 new, 1 changed, 1 missing, 0 restored, 3 unchanged.\n"
     )
     assert list(models.Tool.objects.order_by("name").values()) == before
 
@@ -258,13 +258,13 @@ def test_sync_tools_applies_the_changes_and_prints_them():
         "Update: get_weather\n"
         "Mark missing: retired\n"
         "Restore: get_current_time\n"
-        "1 new, 1 changed, 1 missing, 1 restored, 1 unchanged.\n"
+        "1 new, 1 changed, 1 missing, 1 restored, 2 unchanged.\n"
     )
     assert tool_row("add_numbers").source == "demo"
     assert tool_row("get_weather").schema_hash != "stale"
     assert tool_row("retired").missing is True
     assert tool_row("get_current_time").missing is False
-    assert run_sync_tools() == "0 new, 0 changed, 0 missing, 0 restored, 4 unchanged.\n"
+    assert run_sync_tools() == "0 new, 0 changed, 0 missing, 0 restored, 5 unchanged.\n"
 
 
 # --- post_migrate --------------------------------------------------------------------------
@@ -275,6 +275,7 @@ def test_migrate_mirrors_the_registry_through_post_migrate():
     call_command("migrate", verbosity=0)
     assert sorted(models.Tool.objects.values_list("name", flat=True)) == [
         "add_numbers",
+        "cancel_booking",
         "get_current_time",
         "get_weather",
         "refund_order",

@@ -238,6 +238,23 @@ def test_s22_the_codes_approval_flag_is_a_floor_when_the_rows_is_off(
     )
 
 
+def test_a_call_needing_the_users_confirmation_or_a_policys_approval_is_refused_over_mcp(
+    site: str, people: dict[str, str]
+) -> None:
+    """An MCP client cannot be asked: the gate refuses as it does for approvals."""
+    from tool_calling.calls.gate import confirmation_refusal_text
+
+    [confirm] = calls(site, people["bob"], ("cancel_booking", {"booking_id": "B7"}))
+    assert text_of(confirm) == (confirmation_refusal_text("cancel_booking"), True)
+    models.DecisionPolicy.objects.create(name="sums", tool_pattern="add_*", requires_approval=True)
+    [policed] = calls(site, people["bob"], ("add_numbers", {"a": 1, "b": 2}))
+    assert text_of(policed) == (approval_text("add_numbers"), True)
+    assert list(models.ToolExecution.objects.values_list("status", flat=True)) == [
+        S.REFUSED,
+        S.REFUSED,
+    ]
+
+
 def test_failures_over_mcp_log_no_argument_values_or_key_names(
     site: str, people: dict[str, str]
 ) -> None:

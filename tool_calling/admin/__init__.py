@@ -7,13 +7,16 @@ from tool_calling.admin.approvals import ApprovalQueueAdmin
 from tool_calling.admin.conversations import ConversationAdmin
 from tool_calling.admin.executions import ToolExecutionAdmin
 from tool_calling.admin.mcp import McpServerAdmin, McpServerToolAdmin
+from tool_calling.admin.policies import DecisionPolicyAdmin, StandingDecisionAdmin
 from tool_calling.admin.tools import ToolAdmin, ToolLimitOverrideInline
 
 __all__ = [
     "ApprovalQueueAdmin",
     "ConversationAdmin",
+    "DecisionPolicyAdmin",
     "McpServerAdmin",
     "McpServerToolAdmin",
+    "StandingDecisionAdmin",
     "ToolAdmin",
     "ToolExecutionAdmin",
     "ToolLimitOverrideInline",

@@ -52,6 +52,7 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
     list_display = (
         "tool_name",
         "user",
+        "deciders",
         "conversation_link",
         "run_link",
         "arguments_preview",
@@ -195,10 +196,12 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
             self.message_user(
                 request,
                 ngettext(
-                    "%(count)d call was made in your own turn and was left waiting: another "
-                    "person must approve it (APPROVALS['ALLOW_SELF_APPROVAL'] is off).",
-                    "%(count)d calls were made in your own turns and were left waiting: another "
-                    "person must approve them (APPROVALS['ALLOW_SELF_APPROVAL'] is off).",
+                    "%(count)d call was left waiting: you asked for it yourself, so another "
+                    "person must approve it, or it waits for the confirmation of the person "
+                    "who asked for it.",
+                    "%(count)d calls were left waiting: you asked for them yourself, so another "
+                    "person must approve them, or they wait for the confirmation of the people "
+                    "who asked for them.",
                     forbidden,
                 )
                 % {"count": forbidden},
@@ -293,7 +296,24 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
             form = DecisionForm(initial={"arguments": shown})
         exact = (call.payload or {}).get("arguments")
         tool = call.tool
+        may_approve = approvals.may_decide(request.user, call)
+        waits_for = ""
+        if not may_approve:
+            if approvals.stage(call) == approvals.USER:
+                waits_for = _(
+                    "This call waits for the confirmation of %(user)s, who asked for it; only "
+                    "they can confirm it. You may still deny it."
+                ) % {"user": call.user or _("its user")}
+            else:
+                waits_for = str(
+                    _(
+                        "You asked for this call yourself, so another person must approve it. "
+                        "You may still deny it."
+                    )
+                )
         context = {
+            "may_approve": may_approve,
+            "waits_for": waits_for,
             **self.admin_site.each_context(request),
             "title": _("Approve or deny a tool call"),
             "subtitle": call.tool_name,
@@ -352,6 +372,14 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
             else:
                 form.add_error(None, _("Choose Approve or Deny."))
                 return None
+        except approvals.ApprovalForbiddenError as exc:
+            # Not an error in the form: this person may not take this decision. Said as such,
+            # and the call stays waiting.
+            self.message_user(request, str(exc), messages.WARNING)
+            return self._back_to_queue(request)
+        except approvals.DecisionVoidError as exc:
+            self.message_user(request, str(exc), messages.WARNING)
+            return self._back_to_queue(request)
         except approvals.ApprovalStateError:
             return self._not_waiting(request, str(call.pk))
         except ToolArgumentsError as exc:

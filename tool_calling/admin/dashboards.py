@@ -251,6 +251,28 @@ def tool_usage_page(
 # -- the overview ----------------------------------------------------------------------------------
 
 
+def _seconds(seconds: float) -> str:
+    """A wait in words: seconds under two minutes, else minutes, else hours."""
+    if seconds < 120:
+        return _("%(n)d s") % {"n": round(seconds)}
+    if seconds < 7200:
+        return _("%(n)d min") % {"n": round(seconds / 60)}
+    return _("%(n).1f h") % {"n": seconds / 3600}
+
+
+def _decisions_summary(decisions: usage.Decisions) -> str:
+    """Today's decisions by kind, in one sentence."""
+    return _(
+        "%(confirmed)s confirmed by their user, %(approved)s approved by an approver, "
+        "%(denied)s denied or declined, %(expired)s expired."
+    ) % {
+        "confirmed": _count(decisions.confirmed),
+        "approved": _count(decisions.approved),
+        "denied": _count(decisions.denied),
+        "expired": _count(decisions.expired),
+    }
+
+
 def overview_page(tool_admin: admin.ModelAdmin, request: HttpRequest) -> TemplateResponse:
     """Today's runs per state, the approval queue's length and oldest call, tokens per day."""
     if not can_read_audit(request):
@@ -306,6 +328,13 @@ def overview_page(tool_admin: admin.ModelAdmin, request: HttpRequest) -> Templat
         if may_decide
         else None,
         "oldest": oldest,
+        "decisions": figures.decisions,
+        "decisions_summary": _decisions_summary(figures.decisions),
+        "median_wait": (
+            _seconds(figures.decisions.median_wait)
+            if figures.decisions.median_wait is not None
+            else None
+        ),
         "oldest_url": (
             _link(f"{site}:tool_calling_pendingapproval_change", oldest.id)
             if oldest is not None and may_decide

@@ -65,6 +65,15 @@ def conversation_link(execution: models.ToolExecution, empty: str) -> str:
     return format_html('<a href="{}">{}</a>', url, execution.conversation)
 
 
+def code_requires_confirmation(name: str) -> bool:
+    """Whether the tool's code says ``@tool(requires_confirmation=True)``: a floor for operators.
+
+    A condition on the arguments is not a floor on the row: the gate applies it per call.
+    """
+    callback = registry.get(name)
+    return bool(callback is not None and callback.metadata.requires_confirmation is True)
+
+
 def code_requires_approval(name: str) -> bool:
     """Whether the tool's code says ``@tool(requires_approval=True)``: a floor for operators."""
     callback = registry.get(name)

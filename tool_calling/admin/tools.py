@@ -28,7 +28,7 @@ from tool_calling.admin.dashboards import (
     can_read_audit,
     dashboard_urls,
 )
-from tool_calling.admin.display import code_requires_approval, pre
+from tool_calling.admin.display import code_requires_approval, code_requires_confirmation, pre
 from tool_calling.admin.messages import (
     APPROVAL_REQUIRED,
     APPROVAL_SKIPPED,
@@ -141,6 +141,7 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         "source",
         "missing",
         "requires_approval",
+        "requires_confirmation",
         "limit",
         "calls_24h",
         "error_rate_24h",
@@ -151,6 +152,7 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         "missing",
         "source",
         "requires_approval",
+        "requires_confirmation",
         "execution_mode",
         "idempotent",
         "always_include",
@@ -198,7 +200,15 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         ),
         (
             _("Governance"),
-            {"fields": ("enabled", "requires_approval", "return_direct", "allowed_groups")},
+            {
+                "fields": (
+                    "enabled",
+                    "requires_approval",
+                    "requires_confirmation",
+                    "return_direct",
+                    "allowed_groups",
+                )
+            },
         ),
         (_("Execution"), {"fields": ("execution_mode", "queue", "timeout", "idempotent")}),
         (
@@ -383,33 +393,50 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
             )
         )
 
+    @admin.display(description=_("requires the user's confirmation"))
+    def requires_confirmation_in_code(self, obj: models.Tool) -> str:
+        """Shown instead of the flag for tools whose code always asks for confirmation."""
+        return str(
+            _(
+                "Yes: the tool's code asks the user to confirm each call "
+                "(@tool(requires_confirmation=True)); it cannot be lifted here."
+            )
+        )
+
+    def _code_floors(self, obj: Any) -> dict[str, str]:
+        """The flags the tool's code sets, with the read-only line shown in their place."""
+        if obj is None:
+            return {}
+        floors = {}
+        if code_requires_approval(obj.name):
+            floors["requires_approval"] = "requires_approval_in_code"
+        if code_requires_confirmation(obj.name):
+            floors["requires_confirmation"] = "requires_confirmation_in_code"
+        return floors
+
     # -- the form --------------------------------------------------------------------------------
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        """Replace the approval flag by a read-only line when the tool's code requires it."""
+        """Replace a flag the tool's code sets by a read-only line (the code is a floor)."""
         fieldsets = super().get_fieldsets(request, obj)
-        if obj is None or not code_requires_approval(obj.name):
+        floors = self._code_floors(obj)
+        if not floors:
             return fieldsets
         return [
             (
                 name,
                 {
                     **options,
-                    "fields": [
-                        "requires_approval_in_code" if field == "requires_approval" else field
-                        for field in options["fields"]
-                    ],
+                    "fields": [floors.get(str(field), field) for field in options["fields"]],
                 },
             )
             for name, options in fieldsets
         ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        """The definition; also the approval flag when the tool's code requires approval."""
+        """The definition; also the flags the tool's code sets."""
         fields = tuple(super().get_readonly_fields(request, obj))
-        if obj is not None and code_requires_approval(obj.name):
-            fields += ("requires_approval_in_code",)
-        return fields
+        return fields + tuple(self._code_floors(obj).values())
 
     # -- permissions -----------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ query reads an index range bounded by its window (migration ``0008``):
 - its last error, however old: one row of the partial index on ``is_error``;
 - the runs of today per status: one query, one index range per status;
 - the calls waiting for approval and the oldest one: two queries on ``(status, created_at)``;
+- today's decisions on waiting calls by kind and their median wait: one query over the day's
+  decided calls (the median of at most ``MEDIAN_SAMPLE`` of them, computed here);
 - the tokens per day (``Message.usage`` of the model's messages; the ``model_message`` run
   events carry the same counts, so they are not added): one statement, an aggregate per day not
   in the cache over that day's range of ``(created_at) WHERE role = 'assistant'``. A day's
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -356,6 +359,60 @@ class OldestApproval:
 
 
 @dataclass(frozen=True)
+class Decisions:
+    """The decisions people took today on waiting calls, by kind, and how long calls waited."""
+
+    confirmed: int = 0
+    """Calls the user whose turn it was confirmed (and that needed nobody else)."""
+    approved: int = 0
+    """Calls an approver approved."""
+    denied: int = 0
+    """Calls the user declined or an approver denied."""
+    expired: int = 0
+    """Calls nobody decided in time."""
+    median_wait: float | None = None
+    """The median seconds from a call's request to its decision; ``None`` without decisions."""
+
+    @property
+    def total(self) -> int:
+        """Every decision of the day."""
+        return self.confirmed + self.approved + self.denied + self.expired
+
+
+MEDIAN_SAMPLE = 10_000
+"""Most decisions of a day the median wait is computed from (the latest ones)."""
+
+
+def decisions(day: Day) -> Decisions:
+    """Today's decisions by kind and their median wait: one query on the day's decided calls."""
+    decided = (
+        models.ToolExecution.objects.filter(
+            decided_at__gte=day.start,
+            decided_at__lt=day.end,
+            approval__in=[
+                models.ApprovalDecision.APPROVED,
+                models.ApprovalDecision.DENIED,
+                models.ApprovalDecision.EXPIRED,
+            ],
+        )
+        .order_by("-decided_at")
+        .values_list("approval", "deciders", "created_at", "decided_at")[:MEDIAN_SAMPLE]
+    )
+    counts = {"confirmed": 0, "approved": 0, "denied": 0, "expired": 0}
+    waits: list[float] = []
+    for approval, deciders, created, decided_at in decided:
+        if decided_at is None:  # excluded by the filter; for the type checker
+            continue
+        if approval == models.ApprovalDecision.APPROVED:
+            kind = "confirmed" if deciders == models.Deciders.USER else "approved"
+        else:
+            kind = str(approval)
+        counts[kind] += 1
+        waits.append((decided_at - created).total_seconds())
+    return Decisions(**counts, median_wait=statistics.median(waits) if waits else None)
+
+
+@dataclass(frozen=True)
 class TokenDay:
     """The tokens the model's answers of one day reported."""
 
@@ -382,6 +439,8 @@ class Overview:
     """Calls waiting for approval now."""
     oldest: OldestApproval | None
     tokens: list[TokenDay]
+    decisions: Decisions = Decisions()
+    """Today's decisions on waiting calls, by kind, and their median wait."""
 
     @property
     def runs_today(self) -> int:
@@ -390,7 +449,7 @@ class Overview:
 
 
 def overview(*, days: Sequence[Day] | None = None) -> Overview:
-    """The overview's figures: four queries (three when the cache has every past day)."""
+    """The overview's figures: five queries (four when the cache has every past day)."""
     days = list(days or last_days())
     today = days[-1]
     statuses = list(models.RunStatus)
@@ -419,6 +478,7 @@ def overview(*, days: Sequence[Day] | None = None) -> Overview:
             else None
         ),
         tokens=token_usage(days),
+        decisions=decisions(today),
     )
 
 

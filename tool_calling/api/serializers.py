@@ -17,6 +17,7 @@ from rest_framework.reverse import reverse
 from tool_calling import models
 from tool_calling.api._digits import whole_number
 from tool_calling.api.errors import json_type
+from tool_calling.calls import approvals
 from tool_calling.conf import settings as app_settings
 from tool_calling.search import discovered_tools
 
@@ -317,6 +318,29 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
         help_text="Whose turn made the call (their username); null for calls made without a user.",
     )
     augmented_arguments = serializers.DictField(read_only=True, help_text=_AUGMENTED_HELP)
+    confirmed_by = serializers.SlugRelatedField(
+        slug_field="username",
+        read_only=True,
+        allow_null=True,
+        help_text="Who confirmed the call before an approver decided it (their username).",
+    )
+    can_decide = serializers.SerializerMethodField(
+        help_text="Whether the requesting user may approve (or confirm) the call now."
+    )
+    conversation_title = serializers.CharField(
+        source="conversation.title",
+        read_only=True,
+        allow_null=True,
+        help_text="The title of the call's conversation.",
+    )
+    user_message = serializers.SerializerMethodField(
+        help_text="What the user wrote in the turn that made the call (null outside a run)."
+    )
+    stage = serializers.SerializerMethodField(
+        help_text="Whose decision a waiting call waits for now: `user` (the confirmation of the "
+        "person whose turn made it; they approve it themselves) or `approver`; null when it "
+        "does not wait."
+    )
     urls = serializers.SerializerMethodField()
 
     class Meta:
@@ -333,7 +357,14 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
             "approval",
             "augmented_arguments",
             "approval_expires_at",
+            "deciders",
+            "stage",
+            "can_decide",
+            "conversation_title",
+            "user_message",
             "requested_by",
+            "confirmed_by",
+            "confirmed_at",
             "decided_by",
             "decided_at",
             "decision_reason",
@@ -344,6 +375,27 @@ class ToolExecutionSerializer(serializers.ModelSerializer):
             "urls",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ChoiceField(choices=["user", "approver"], allow_null=True))
+    def get_can_decide(self, execution: models.ToolExecution) -> bool:
+        """Whether the requesting user may approve (or confirm) it now."""
+        if execution.status != models.ExecutionStatus.AWAITING_APPROVAL:
+            return False
+        request = self.context.get("request")
+        return request is not None and approvals.may_decide(request.user, execution)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_user_message(self, execution: models.ToolExecution) -> str | None:
+        """The text of the user's message that started the call's run."""
+        run = execution.run
+        message = run.user_message if run is not None else None
+        return message.text if message is not None else None
+
+    def get_stage(self, execution: models.ToolExecution) -> str | None:
+        """``user`` or ``approver`` while the call waits; ``None`` otherwise."""
+        if execution.status != models.ExecutionStatus.AWAITING_APPROVAL:
+            return None
+        return approvals.stage(execution)
 
     @extend_schema_field(
         inline_serializer(
@@ -386,6 +438,13 @@ class ApproveSerializer(serializers.Serializer):
         "they are checked against the tool's schema.",
     )
     note = StrictCharField(required=False, allow_blank=True, max_length=2000)
+    remember = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Also decide the tool's next calls in this conversation the same way (a "
+        "standing decision of your kind: the user's confirmation or an approval), until the "
+        "tool's definition or the rules that asked change.",
+    )
 
     def validate_arguments(self, arguments: Any) -> Any:
         """Only a JSON object can be a tool's arguments."""

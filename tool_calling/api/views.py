@@ -552,17 +552,28 @@ class NotAwaitingApproval(APIException):
 
 
 class CanDecide(IsOwnerOrPermitted):
-    """Reads for whoever sees the call; approve and deny for approvers only (403 otherwise)."""
+    """Reads for whoever sees the call; decisions for approvers and the call's own user.
+
+    Approve: an approver, or the person whose turn made the call (who confirms it when it
+    waits for their confirmation; ``approvals.approve`` refuses the rest with a reason). Deny:
+    an approver, or that person while the call waits for their confirmation. Everyone else:
+    403.
+    """
 
     message = (
-        "Only users with the permission tool_calling.approve_toolexecution (superusers have it) "
-        "may approve or deny tool calls; being staff is not enough."
+        "Only approvers, and the person who asked for a call when it waits for their "
+        "confirmation, may decide tool calls; being staff is not enough."
     )
 
     def has_object_permission(self, request: Any, view: Any, obj: Any) -> bool:
-        """Approvers may decide; reads were scoped by the queryset already."""
-        if getattr(view, "action", None) in ("approve", "deny"):
-            return approvals.can_decide(request.user)
+        """Approvers and the call's own user may decide; reads were scoped by the queryset."""
+        action = getattr(view, "action", None)
+        if action == "approve":
+            user = request.user
+            own = obj.user_id is not None and obj.user_id == getattr(user, "pk", None)
+            return approvals.can_decide(user) or (own and getattr(user, "is_active", True))
+        if action == "deny":
+            return approvals.may_deny(request.user, obj)
         return True
 
 
@@ -574,10 +585,12 @@ _EXECUTION_READ = (
 )
 _DECISION_REFUSED = (
     403,
-    "Only holders of the permission `tool_calling.approve_toolexecution` may approve or deny "
-    '(superusers have it; being staff is not enough); with `APPROVALS["ALLOW_SELF_APPROVAL"]` '
-    "off (the default), nobody approves a call of their own turn; or a session-authenticated "
-    "request without its CSRF token.",
+    "A call waiting for the user's confirmation (`stage` `user`) is confirmed (approve) only by "
+    "the person whose turn made it; one waiting for an approver (`stage` `approver`) only by "
+    "holders of the permission `tool_calling.approve_toolexecution` (superusers have it; being "
+    'staff is not enough), and with `APPROVALS["ALLOW_SELF_APPROVAL"]` off (the default) not '
+    "by the person whose turn made it. Denying: approvers, and that person while the call "
+    "waits for their confirmation. Also a session-authenticated request without its CSRF token.",
 )
 
 
@@ -633,7 +646,9 @@ class ToolExecutionViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet
 
     def get_queryset(self) -> QuerySet[models.ToolExecution]:
         """Visible calls, oldest first, filtered by ``?status=``, ``?approval=``, ``?run=``."""
-        found = visible_executions(self.request.user).select_related("decided_by", "user")
+        found = visible_executions(self.request.user).select_related(
+            "decided_by", "user", "confirmed_by", "conversation", "run__user_message"
+        )
         params = self.request.query_params
         for field, choices in (
             ("status", models.ExecutionStatus.values),
@@ -675,7 +690,12 @@ class ToolExecutionViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet
                 401,
                 _DECISION_REFUSED,
                 404,
-                (409, "The call is not awaiting approval (decided, expired, or never gated)."),
+                (
+                    409,
+                    "The call is not awaiting approval (decided, expired, or never gated), or "
+                    "the tool or the rules that asked for the decision changed while it waited "
+                    "(then it is denied and the model told to ask again).",
+                ),
                 413,
             ),
         },
@@ -695,6 +715,7 @@ class ToolExecutionViewSet(_ErrorShape, _Governed, viewsets.ReadOnlyModelViewSet
                 user=request.user,
                 arguments=body.validated_data.get("arguments"),
                 note=body.validated_data.get("note", ""),
+                remember=body.validated_data.get("remember", False),
             )
         except ToolArgumentsError as exc:
             raise ValidationError({"arguments": [str(exc)]}) from exc

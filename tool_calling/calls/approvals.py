@@ -23,7 +23,6 @@ cannot wait (``manage.py chat``, in-process clients) refuse such calls instead
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import logging
 from typing import Any
@@ -34,24 +33,31 @@ from django.utils import timezone
 
 from tool_calling import models, signals
 from tool_calling.audit import audit_text
-from tool_calling.calls import lifecycle
+from tool_calling.calls import gate, lifecycle
 from tool_calling.calls.dispatch import Dispatch, dispatch_on_commit
 from tool_calling.conf import settings as app_settings
 from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
-from tool_calling.resolvers import installed_callback
+from tool_calling.resolvers import call_rules, installed_callback
 from tool_calling.signals import send_on_commit
 
 __all__ = [
     "APPROVE_PERMISSION",
     "ApprovalForbiddenError",
+    "APPROVER",
     "ApprovalStateError",
+    "DecisionVoidError",
+    "USER",
     "approve",
     "can_decide",
     "deny",
     "deny_pending_for_run",
     "expire_approvals",
+    "may_decide",
+    "may_deny",
     "pending_approvals",
     "reviewable",
+    "revoke_standing",
+    "stage",
     "waiting",
 ]
 
@@ -68,22 +74,128 @@ class ApprovalStateError(ToolCallingError):
     """The call is not waiting for approval (any more): decided, expired, or never gated."""
 
     def __init__(self, execution: models.ToolExecution) -> None:
+        # Read by people (the chat page shows it): what became of the call, no row ids.
+        if execution.approval:
+            became = str(execution.get_approval_display()).lower()
+        else:
+            became = str(execution.get_status_display()).lower()
         super().__init__(
-            f"Tool call {execution.pk} ({execution.tool_name!r}) is not awaiting approval "
-            f"(status {execution.status!r}, approval {execution.approval or 'not required'!r})."
+            f"This call of {execution.tool_name!r} is not awaiting approval any more ({became})."
         )
         self.execution = execution
 
 
 class ApprovalForbiddenError(ToolCallingError):
-    """This user may not approve this call: it is their own, and self-approval is off."""
+    """This user may not decide this call now (the message says why, in the user's words).
 
-    def __init__(self, execution: models.ToolExecution) -> None:
+    The call is their own and self-approval is off, or it waits for the confirmation of the
+    person whose turn it was and this is someone else.
+    """
+
+    def __init__(self, execution: models.ToolExecution, message: str | None = None) -> None:
         super().__init__(
-            f"Tool call {execution.pk} ({execution.tool_name!r}) was made in your own turn, and "
-            "APPROVALS['ALLOW_SELF_APPROVAL'] is off: another person must approve it."
+            message
+            or (
+                f"You asked for this call of {execution.tool_name!r} yourself, so another "
+                "person must approve it."
+            )
         )
         self.execution = execution
+
+
+class DecisionVoidError(ApprovalStateError):
+    """The tool or the rules that asked for a decision changed while the call waited.
+
+    The call is denied instead (the model is told to ask again).
+    """
+
+    def __init__(self, execution: models.ToolExecution) -> None:
+        ToolCallingError.__init__(
+            self,
+            f"The tool {execution.tool_name!r} or the rules that asked for this decision changed "
+            "since the call was asked for, so it was not made; if it is still needed, the "
+            "assistant asks again and it is decided under the tool and rules as they are now.",
+        )
+        self.execution = execution
+
+
+def void_text(name: str) -> str:
+    """What the model reads of a call whose decision no longer matched the tool or the rules."""
+    return (
+        f"The call to tool {name!r} was not run: the tool or the rules that asked for a "
+        "decision on it changed while it waited. Call it again if it is still needed."
+    )
+
+
+def _void(row: models.ToolExecution) -> bool:
+    """Whether the decision a waiting call asks for was asked under another tool or rules."""
+    if not row.definition_sha256 and not row.decision_basis:
+        return False  # recorded before decisions were bound to them
+    rules = call_rules(row.tool_name, row.user)
+    if rules is None:
+        return False  # withdrawn: the worker's gate refuses it for that reason
+    if row.definition_sha256 and rules.schema_hash != row.definition_sha256:
+        return True
+    callback = installed_callback(row.tool_name)
+    if callback is None or not row.decision_basis:
+        return False
+    arguments = str((row.payload or {}).get("arguments") or "{}")
+    return gate.decision_rules(callback, arguments, rules)[1] != row.decision_basis
+
+
+def _refuse_if_void(row: models.ToolExecution) -> None:
+    """Deny a call whose decision is void (the model is told), then raise for the decider."""
+    if _void(row):
+        _deny(row.pk, user=None, reason="", text=void_text(row.tool_name))
+        raise DecisionVoidError(row)
+
+
+USER = "user"
+""":func:`stage`: the call waits for the confirmation of the person whose turn it was."""
+APPROVER = "approver"
+""":func:`stage`: the call waits for an approver's approval."""
+
+
+def stage(execution: models.ToolExecution) -> str:
+    """Whose decision a waiting call waits for now: :data:`USER` or :data:`APPROVER`.
+
+    A call the user confirms and an approver approves waits for the user first.
+    """
+    deciders = execution.deciders
+    if deciders == models.Deciders.USER:
+        return USER
+    if deciders == models.Deciders.USER_THEN_APPROVER and execution.confirmed_at is None:
+        return USER
+    return APPROVER
+
+
+def may_decide(user: Any, execution: models.ToolExecution) -> bool:
+    """Whether ``user`` may approve (or confirm) ``execution`` at its current stage.
+
+    The user's stage: only the person whose turn made the call. The approver's stage: a holder
+    of ``APPROVE_PERMISSION``, and not for a call of their own turn unless
+    ``APPROVALS["ALLOW_SELF_APPROVAL"]``.
+    """
+    if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
+        return False
+    own = execution.user_id is not None and execution.user_id == user.pk
+    if stage(execution) == USER:
+        return own
+    return can_decide(user) and (not own or bool(app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]))
+
+
+def may_deny(user: Any, execution: models.ToolExecution) -> bool:
+    """Whether ``user`` may deny ``execution``.
+
+    An approver may; so may the person whose turn made the call, while it waits for their
+    confirmation (they decline it).
+    """
+    if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", True):
+        return False
+    if can_decide(user):
+        return True
+    own = execution.user_id is not None and execution.user_id == user.pk
+    return own and stage(execution) == USER
 
 
 def can_decide(user: Any) -> bool:
@@ -127,14 +239,20 @@ def waiting() -> tuple[int, float]:
     return int(found["count"]), max(0.0, age)
 
 
-def denial_text(name: str, reason: str, *, expired: bool = False) -> str:
-    """What the model is told about a call a person denied (or nobody approved in time)."""
+def denial_text(name: str, reason: str, *, expired: bool = False, by_user: bool = False) -> str:
+    """What the model is told about a call a person denied (or nobody approved in time).
+
+    ``by_user``: the person whose turn made the call declined it (rather than a reviewer).
+    """
     if expired:
         return (
             f"The call to tool {name!r} was not run: it needed a person's approval and nobody "
             "approved it in time."
         )
-    text = f"The call to tool {name!r} was denied by a reviewer and was not run."
+    if by_user:
+        text = f"The user declined the call to tool {name!r}; it was not run."
+    else:
+        text = f"The call to tool {name!r} was denied by a reviewer and was not run."
     return f"{text} Reason: {reason}" if reason else text
 
 
@@ -170,9 +288,7 @@ def validate_arguments(name: str, arguments: Any) -> str:
     return text
 
 
-def arguments_digest(text: str) -> str:
-    """SHA-256 of a call's exact arguments: what an approval is bound to."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+arguments_digest = lifecycle.arguments_digest
 
 
 def approved_as_recorded(row: models.ToolExecution) -> bool:
@@ -200,6 +316,7 @@ def approve(
     user: Any,
     arguments: Any = None,
     note: str = "",
+    remember: bool = False,
 ) -> models.ToolExecution:
     """Approve a waiting call and send it to its worker; the run resumes when it ends.
 
@@ -209,6 +326,9 @@ def approve(
         arguments: Edited arguments (a dict or JSON text) to run the call with instead of the
             model's; validated against the tool's schema. The model's are kept in the audit.
         note: An optional note kept with the decision.
+        remember: Also make a standing decision of this kind for the tool in the call's
+            conversation ("always allow it here"), bound to the tool's definition and the rules
+            this call was decided under.
 
     Returns:
         The row as stored after the decision.
@@ -216,17 +336,31 @@ def approve(
     Raises:
         ApprovalStateError: the call is not waiting for approval (decided meanwhile, or its
             approval expired: it is denied as expired then, as the sweeper would).
+        DecisionVoidError: the tool's definition or the rules that asked changed while it
+            waited: it is denied, the model told to ask again.
         ApprovalForbiddenError: ``user`` made the call and ``APPROVALS["ALLOW_SELF_APPROVAL"]``
             is off (denying one's own call is always allowed).
         ToolArgumentsError: the edited arguments fail the schema (nothing changed).
     """
     name = execution.tool_name
-    if (
-        not app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]
-        and execution.user_id is not None
-        and execution.user_id == getattr(user, "pk", None)
-    ):
+    if execution.status != models.ExecutionStatus.AWAITING_APPROVAL:
+        raise ApprovalStateError(_decided(execution))  # decided already: whose it was is moot
+    own = execution.user_id is not None and execution.user_id == getattr(user, "pk", None)
+    confirming = stage(execution) == USER
+    if confirming and not own:
+        raise ApprovalForbiddenError(
+            execution,
+            f"This call of {name!r} waits for the confirmation of the person who asked for it; "
+            "only they can confirm it.",
+        )
+    if not confirming and own and not app_settings.APPROVALS["ALLOW_SELF_APPROVAL"]:
         raise ApprovalForbiddenError(execution)
+    _refuse_if_void(execution)
+    if confirming and execution.deciders == models.Deciders.USER_THEN_APPROVER:
+        confirmed = _confirm(execution, user=user, arguments=arguments, note=note)
+        if remember:
+            _remember(confirmed, user, USER)
+        return confirmed
     now = timezone.now()
     fields: dict[str, Any] = {
         "approval": models.ApprovalDecision.APPROVED,
@@ -273,6 +407,8 @@ def approve(
             edited=edited,
         )
         dispatch_on_commit(Dispatch.of(row))
+        if remember:
+            _remember(decided, user, USER if confirming else APPROVER)
     logger.info(
         "Tool call %s (%r) approved by %s%s",
         row.pk,
@@ -283,13 +419,86 @@ def approve(
     return decided
 
 
+def _remember(row: models.ToolExecution, user: Any, kind: str) -> None:
+    """Make the standing decision of ``kind`` for ``row``'s tool in its conversation."""
+    if row.conversation_id is None:
+        return
+    models.StandingDecision.objects.create(
+        conversation_id=row.conversation_id,
+        tool_name=row.tool_name,
+        stage=kind,
+        definition_sha256=row.definition_sha256,
+        decision_basis=row.decision_basis,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+        created_from=row,
+    )
+    logger.info(
+        "Standing decision (%s) for tool %r in conversation %s made by %s",
+        kind,
+        row.tool_name,
+        row.conversation_id,
+        getattr(user, "pk", None),
+    )
+
+
+def revoke_standing(decision: models.StandingDecision) -> bool:
+    """Revoke a standing decision: the tool's next calls in its conversation are asked again."""
+    return bool(
+        models.StandingDecision.objects.filter(pk=decision.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+    )
+
+
+def _confirm(
+    execution: models.ToolExecution, *, user: Any, arguments: Any, note: str
+) -> models.ToolExecution:
+    """Record the user's confirmation; the call waits for an approver next."""
+    name = execution.tool_name
+    now = timezone.now()
+    fields: dict[str, Any] = {"confirmed_by": user, "confirmed_at": now}
+    edited = arguments is not None
+    with transaction.atomic():
+        row = (
+            models.ToolExecution.objects.select_for_update()
+            .filter(pk=execution.pk, status=models.ExecutionStatus.AWAITING_APPROVAL)
+            .first()
+        )
+        if row is None:
+            raise ApprovalStateError(_decided(execution))
+        if edited:
+            text = validate_arguments(name, arguments)
+            payload = dict(row.payload or {})
+            payload["arguments"] = text
+            fields.update(
+                payload=payload,
+                original_arguments=row.arguments,
+                arguments=audit_text(text, tool_name=name, field="arguments"),
+            )
+        if note.strip():
+            fields["decision_reason"] = note.strip()[:MAX_REASON_CHARS]
+        if not lifecycle.confirm(row.pk, **fields):
+            raise ApprovalStateError(_decided(execution))
+        decided = _decided(row.pk)
+        send_on_commit(
+            signals.approval_decided,
+            models.ToolExecution,
+            execution=decided,
+            decision="confirmed",
+            edited=edited,
+        )
+    logger.info("Tool call %s (%r) confirmed by its user; an approver decides next", row.pk, name)
+    return decided
+
+
 def deny(execution: models.ToolExecution, *, user: Any, reason: str = "") -> models.ToolExecution:
     """Deny a waiting call: the model is told it was denied, with ``reason``; the run goes on.
 
     Raises:
         ApprovalStateError: the call is not waiting for approval (decided meanwhile).
     """
-    row = _deny(execution.pk, user=user, reason=reason.strip()[:MAX_REASON_CHARS])
+    own = execution.user_id is not None and execution.user_id == getattr(user, "pk", None)
+    row = _deny(execution.pk, user=user, reason=reason.strip()[:MAX_REASON_CHARS], by_user=own)
     if row is None:
         raise ApprovalStateError(_decided(execution))
     logger.info("Tool call %s (%r) denied by %s", row.pk, row.tool_name, getattr(user, "pk", None))
@@ -306,6 +515,8 @@ def _deny(
     user: Any,
     reason: str,
     expired: bool = False,
+    by_user: bool = False,
+    text: str | None = None,
 ) -> models.ToolExecution | None:
     """Deny one waiting call (conditionally); ``None`` when it was not waiting any more."""
     decision = "expired" if expired else "denied"
@@ -332,9 +543,9 @@ def _deny(
                 raise _NotWaiting
             # Before the denial's own tool_call_finished: receivers hear of the decision first.
             transaction.on_commit(announce)
-            text = denial_text(row["tool_name"], reason, expired=expired)
+            said = text or denial_text(row["tool_name"], reason, expired=expired, by_user=by_user)
             if not lifecycle.deny(
-                lifecycle.CallRef.of(row), text, expired=expired, user=user, reason=reason
+                lifecycle.CallRef.of(row), said, expired=expired, user=user, reason=reason
             ):
                 raise _NotWaiting
     except _NotWaiting:

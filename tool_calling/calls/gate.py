@@ -15,9 +15,15 @@ it are not applied:
    groups (an MCP tool's server enabled, its definition the approved one), read now (S2).
 3. **permission**: the permissions the tool's code and its operator require, then the tool's
    own check of this call, in the end user's context (``calls.authorization``, S4).
-4. **approval**: the floor is the code's flag (``@tool(requires_approval=True)``) or the row's.
-   Unless a person approved these exact arguments, a path that can wait (a durable run) queues
-   the call for a person, and any other refuses it (S6).
+4. **approval**: who must decide the call before it runs. The user whose turn it is confirms
+   it when the code says so (``@tool(requires_confirmation=True)``, or a condition on these
+   arguments) or the row does (``Tool.requires_confirmation``); an approver approves it when
+   the code's flag (``@tool(requires_approval=True)``) or the row's says so; both, the user
+   first. Operators' decision policies (``calls.policies``: by name pattern, source, an MCP
+   tool's pinned ``destructiveHint``, a condition on the arguments) add to both. The code is
+   a floor the row can only raise. Unless the call was decided for these exact arguments, a
+   path that can wait (a durable run) queues it for its deciders (``Verdict.deciders``), and
+   any other refuses it (S6).
 5. **quota**: the call takes one from its tool's quotas, atomically (S8); a retry of a call is
    not counted again.
 6. **limit**: the turn's per-tool and total caps (``LIMITS``, the operators' overrides; S7).
@@ -34,6 +40,8 @@ Nothing here writes a call's row: the callers record the :class:`Verdict`.
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,10 +49,12 @@ from typing import Any
 
 from django.db import transaction
 
+from tool_calling import models
 from tool_calling.augmentation import split_call
-from tool_calling.calls import authorization, quotas
+from tool_calling.calls import authorization, policies, quotas
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.errors import ToolArgumentsError
+from tool_calling.core.execution.confirmation import needs_confirmation, parse_arguments
 from tool_calling.core.execution.plan import ToolOutcome
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.core.tools.context import ToolContext
@@ -62,7 +72,11 @@ __all__ = [
     "Verdict",
     "admit",
     "approval_refusal_text",
+    "confirmation_refusal_text",
+    "decision_rules",
+    "deciders",
     "refusal_text",
+    "standing_decision",
 ]
 
 logger = logging.getLogger("tool_calling.calls")
@@ -111,6 +125,62 @@ def approval_refusal_text(name: str) -> str:
     )
 
 
+def confirmation_refusal_text(name: str) -> str:
+    """The text the model gets for a call the user must confirm where nobody can be asked."""
+    return (
+        f"Tool {name!r} needs the user's confirmation before each call, and this conversation "
+        "cannot wait for one (confirmations pause background runs only). The call was not made."
+    )
+
+
+def deciders(callback: ToolCallback, arguments: str | None, rules: CallRules) -> str:
+    """Who must decide a call before it runs (a ``models.Deciders`` value); blank: nobody.
+
+    The user confirms when the tool's code asks (its flag, or its condition on ``arguments``),
+    its row does, or an operator's decision policy does (``calls.policies``); an approver
+    approves when the code's flag, the row's or a policy says so.
+    """
+    return decision_rules(callback, arguments, rules)[0]
+
+
+def decision_rules(
+    callback: ToolCallback, arguments: str | None, rules: CallRules
+) -> tuple[str, str]:
+    """:func:`deciders`, and a digest of the rules that asked (flags and matching policies).
+
+    A decision is made under that digest; once it changes (a flag, a policy edited, added or
+    removed), the decision no longer covers the tool's calls and the gate asks again.
+    """
+    metadata = callback.metadata
+    parsed = parse_arguments(arguments) or {}
+    found = policies.matching(callback.definition.name, parsed)
+    code_confirms = bool(metadata.requires_confirmation) and needs_confirmation(callback, parsed)
+    approval = (
+        metadata.requires_approval
+        or rules.requires_approval
+        or any(p.requires_approval for p in found)
+    )
+    confirmation = (
+        rules.requires_confirmation or any(p.requires_confirmation for p in found) or code_confirms
+    )
+    who: str = ""
+    if confirmation:
+        who = models.Deciders.USER_THEN_APPROVER if approval else models.Deciders.USER
+    elif approval:
+        who = models.Deciders.APPROVER
+    basis = json.dumps(
+        [
+            str(who),
+            bool(metadata.requires_approval),
+            code_confirms,
+            rules.requires_approval,
+            rules.requires_confirmation,
+            sorted((p.pk, p.updated_at.isoformat()) for p in found),
+        ]
+    )
+    return who, hashlib.sha256(basis.encode()).hexdigest()
+
+
 class _Unread:
     def __repr__(self) -> str:
         return "UNREAD"
@@ -147,6 +217,8 @@ class GateCall:
     them already (a worker reads them with its call); else the gate reads them now."""
     through: Rule = Rule.LIMIT
     """The last rule to apply: a plan asks through ``APPROVAL`` (nothing is counted then)."""
+    conversation_id: Any = None
+    """The call's conversation, whose standing decisions may cover it (``None``: none do)."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +239,12 @@ class Verdict:
     """Why it was refused, as the model reads it (the error's type included)."""
     awaits_approval: bool = False
     """The call waits for a person (a path that can wait, and no approval yet)."""
+    deciders: str = ""
+    """Who it waits for, when it waits: a ``models.Deciders`` value."""
+    basis: str = ""
+    """The digest of the rules that ask for its decision (``decision_rules``), when it waits."""
+    standing: Any = None
+    """The conversation's ``StandingDecision`` that let it through without asking, if one did."""
 
     @property
     def admitted(self) -> bool:
@@ -254,13 +332,26 @@ def admit(call: GateCall) -> Verdict:
         )
     if call.through is Rule.PERMISSION:
         return admitted
-    # 4. The approval floor: the code's flag or the row's.
-    if (runs.metadata.requires_approval or rules.requires_approval) and not call.approved:
+    # 4. Who decides: the user's confirmation, an approver's approval (code floor, row,
+    #    policies), unless decided already: for these arguments, or by a standing decision of
+    #    the conversation made under the same definition and rules.
+    who, basis = ("", "") if call.approved else decision_rules(runs, own.arguments, rules)
+    if who and call.conversation_id is not None:
+        standing = standing_decision(call.conversation_id, name, who, rules.schema_hash, basis)
+        if standing is not None:
+            who = ""
+            admitted = Verdict(own, runs, augmented, rules, standing=standing)
+    if who:
         if not call.can_wait:
-            text = call.approval_text(name)
+            if who == models.Deciders.USER:
+                text = confirmation_refusal_text(name)
+            else:
+                text = call.approval_text(name)
             return _refused(call, Rule.APPROVAL, text, ToolApprovalRequiredError, rules, split)
         if call.over_limit is None:  # a call over the limit is never queued for a person
-            return Verdict(own, runs, augmented, rules, awaits_approval=True)
+            return Verdict(
+                own, runs, augmented, rules, awaits_approval=True, deciders=who, basis=basis
+            )
     if call.through is Rule.APPROVAL:
         return admitted
     # 5. Quotas; 6. the turn's limits. A call the limits refuse gives back what it took.
@@ -274,6 +365,30 @@ def admit(call: GateCall) -> Verdict:
     if call.over_limit is not None:
         return _refused(call, Rule.LIMIT, call.over_limit, ToolFailure, rules, split)
     return admitted
+
+
+def standing_decision(
+    conversation_id: Any, name: str, who: str, definition: str, basis: str
+) -> models.StandingDecision | None:
+    """The conversation's standing decision(s) covering a call that ``who`` must decide.
+
+    Each kind of decision ``who`` asks for (the user's, an approver's) must be covered by a
+    decision not revoked, made under this definition of the tool and these rules; returns the
+    newest of them (for the audit), or ``None``.
+    """
+    found = list(
+        models.StandingDecision.objects.filter(
+            conversation_id=conversation_id,
+            tool_name=name,
+            revoked_at__isnull=True,
+            definition_sha256=definition,
+            decision_basis=basis,
+        ).order_by("-created_at", "-pk")
+    )
+    needed = {"user", "approver"} if who == models.Deciders.USER_THEN_APPROVER else {str(who)}
+    if not found or not needed <= {d.stage for d in found}:
+        return None
+    return found[0]
 
 
 def _take_quota(name: str, user: Any, rules: CallRules) -> str | None:

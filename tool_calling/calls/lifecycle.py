@@ -19,6 +19,8 @@ never both win and a late writer changes nothing. ``TRANSITIONS`` is the table t
     settle_lost    running (attempt), lease expired  unknown | failed
     kill           running (same worker)             timed_out (hard time limit)
     withdraw       pending                           timed_out (the caller gave up)
+    confirm        awaiting_approval, unconfirmed    awaiting_approval (the user confirmed;
+                                                     an approver decides next)
     approve        awaiting_approval                 pending
     deny           awaiting_approval                 denied
 
@@ -31,6 +33,7 @@ their batch ended.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 from collections.abc import Mapping
@@ -51,10 +54,13 @@ from tool_calling.exceptions import ToolArgumentsError, ToolCallingError
 
 __all__ = [
     "TRANSITIONS",
+    "STANDING_REASON",
     "UNKNOWN_OUTCOME_TEXT",
     "CallRef",
     "approve",
+    "arguments_digest",
     "claim",
+    "confirm",
     "deny",
     "end_lease",
     "finish",
@@ -89,10 +95,20 @@ TRANSITIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "settle_lost": (frozenset({S.RUNNING}), frozenset({S.OUTCOME_UNKNOWN, S.FAILED})),
     "kill": (frozenset({S.RUNNING}), frozenset({S.TIMED_OUT})),
     "withdraw": (frozenset({S.PENDING}), frozenset({S.TIMED_OUT})),
+    "confirm": (frozenset({S.AWAITING_APPROVAL}), frozenset({S.AWAITING_APPROVAL})),
     "approve": (frozenset({S.AWAITING_APPROVAL}), frozenset({S.PENDING})),
     "deny": (frozenset({S.AWAITING_APPROVAL}), frozenset({S.DENIED})),
 }
 """Transition name -> (statuses it starts from, statuses it may end in)."""
+
+STANDING_REASON = "Covered by a standing decision of this conversation."
+"""The decision reason recorded on a call a standing decision let through without asking."""
+
+
+def arguments_digest(text: str) -> str:
+    """SHA-256 of a call's exact arguments: what an approval is bound to."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
 
 UNKNOWN_OUTCOME_TEXT = (
     "The outcome of this call is unknown: the worker running it stopped mid-call, and the tool "
@@ -273,6 +289,10 @@ def record_for_worker(
     assistant_message_id: int | None = None,
     run_id: Any = None,
     needs_approval: bool = False,
+    deciders: str = "",
+    definition_sha256: str = "",
+    decision_basis: str = "",
+    standing: models.StandingDecision | None = None,
     augmented: Mapping[str, Any] | None = None,
     sent: bool = True,
 ) -> models.ToolExecution:
@@ -285,6 +305,10 @@ def record_for_worker(
     waits until a person approves it (``calls.approvals``), or expires after
     ``APPROVALS["EXPIRE_AFTER"]`` seconds. ``tool_call`` carries the tool's own arguments;
     ``augmented`` the values argument augmentation split from them (``augmentation``).
+    ``deciders`` says who decides a call that waits (``models.Deciders``; an approver when
+    blank), ``definition_sha256`` and ``decision_basis`` what its decision will be bound to. A
+    call a ``standing`` decision of its conversation covers is recorded approved, by whoever
+    made that decision, for exactly these arguments.
 
     Raises:
         ToolCallingError: the tool context is not JSON.
@@ -297,6 +321,17 @@ def record_for_worker(
     if needs_approval and app_settings.APPROVALS["EXPIRE_AFTER"] is not None:
         seconds = int(app_settings.APPROVALS["EXPIRE_AFTER"])
         expires = timezone.now() + datetime.timedelta(seconds=seconds)
+    decided: dict[str, Any] = {}
+    if standing is not None and not needs_approval:
+        text = arguments if arguments and not arguments.isspace() else "{}"
+        decided = {
+            "approval": models.ApprovalDecision.APPROVED,
+            "deciders": standing.stage,
+            "decided_by_id": standing.created_by_id,
+            "decided_at": timezone.now(),
+            "decision_reason": STANDING_REASON,
+            "approved_arguments_sha256": arguments_digest(text),
+        }
     return _create(
         tool_call,
         tool=tool,
@@ -305,12 +340,18 @@ def record_for_worker(
         assistant_message_id=assistant_message_id,
         run_id=run_id,
         augmented_arguments=_audited_values(augmented or {}, name),
+        definition_sha256=definition_sha256,
+        decision_basis=decision_basis,
         status=S.AWAITING_APPROVAL if needs_approval else S.PENDING,
-        approval=(
-            models.ApprovalDecision.PENDING
-            if needs_approval
-            else models.ApprovalDecision.NOT_REQUIRED
-        ),
+        **{
+            "approval": (
+                models.ApprovalDecision.PENDING
+                if needs_approval
+                else models.ApprovalDecision.NOT_REQUIRED
+            ),
+            "deciders": deciders or models.Deciders.APPROVER,
+            **decided,
+        },
         approval_expires_at=expires,
         # Sent once committed (calls.dispatch): marked now, cleared if the publish fails.
         dispatched_at=timezone.now() if sent and not needs_approval else None,
@@ -649,6 +690,14 @@ def withdraw(ref: CallRef, text: str) -> bool:
 
 
 # -- decisions ----------------------------------------------------------------------------------
+
+
+def confirm(execution_id: int, **fields: Any) -> bool:
+    """Record the user's confirmation of a call an approver decides next (who, when, edits)."""
+    guarded = _guarded("confirm", execution_id, S.AWAITING_APPROVAL).filter(
+        confirmed_at__isnull=True
+    )
+    return bool(guarded.update(**fields))
 
 
 def approve(execution_id: int, **fields: Any) -> bool:

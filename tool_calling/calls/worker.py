@@ -33,6 +33,7 @@ from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import ToolCall
 from tool_calling.core.execution.plan import ToolOutcome, ToolOutcomeKind
 from tool_calling.core.tools.context import ToolContext
+from tool_calling.observability import semconv
 from tool_calling.registry import registry
 from tool_calling.resolvers import CallRules, call_rules_of_call, installed_callback
 
@@ -172,17 +173,19 @@ def _run(
             name=name,
         )
 
+    rules = CallRules.of_column(getattr(row, "rules", None))
     gate_call = GateCall(
         ToolCall(row.tool_call_id, name, arguments),
         callback,
         row.user,
         context,
-        # Bound to the exact arguments approved: changed since, the call is refused.
-        approved=approved_as_recorded(row),
+        # Bound to the exact arguments approved and to the tool's definition then: either
+        # changed since, the call is refused.
+        approved=approved_as_recorded(row) and _same_definition(row, rules),
         # A retry, or a run again after a crash, is the same call: counted once.
         count_quota=ref.attempt == 1,
         # Read with the call itself, at call time (S2).
-        rules=CallRules.of_column(getattr(row, "rules", None)),
+        rules=rules,
     )
     # The gate admitted the installed tool itself: invoke runs it, within its time limit.
     _, result = run_gated(gate_call, lambda verdict: invoke())
@@ -193,6 +196,13 @@ def _run(
         outcome = ToolOutcome(ToolOutcomeKind.TIMEOUT, text, traceback=result.outcome.traceback)
         return CallOutcome(S.TIMED_OUT, outcome, result.duration_ms)
     return result
+
+
+def _same_definition(row: models.ToolExecution, rules: CallRules | None) -> bool:
+    """Whether the tool is defined now as when the call's decision was asked for."""
+    if not row.definition_sha256 or rules is None:
+        return True  # unbound (an older row), or withdrawn: availability refuses it
+    return rules.schema_hash == row.definition_sha256
 
 
 def _observed(row: models.ToolExecution, ref: lifecycle.CallRef) -> observability.tool_call:
@@ -207,7 +217,30 @@ def _observed(row: models.ToolExecution, ref: lifecycle.CallRef) -> observabilit
         conversation_id=row.conversation_id,
         run_id=row.run_id,
         trace_context=getattr(row, "run_trace_context", None) or "",
+        approval_attributes=approval_attributes(row),
     )
+
+
+def approval_attributes(row: models.ToolExecution) -> dict[str, Any]:
+    """The ``tool_calling.approval.*`` span attributes of a call a person let run (else none).
+
+    Roles, times and the decider's primary key; never the arguments.
+    """
+    if row.approval != models.ApprovalDecision.APPROVED or row.decided_at is None:
+        return {}
+    by_user = row.deciders == models.Deciders.USER
+    attributes: dict[str, Any] = {
+        semconv.TOOL_CALLING_APPROVAL_DECIDERS: row.deciders,
+        semconv.TOOL_CALLING_APPROVAL_REQUESTED_AT: row.created_at.isoformat(),
+        semconv.TOOL_CALLING_APPROVAL_DECIDED_AT: row.decided_at.isoformat(),
+        semconv.TOOL_CALLING_APPROVAL_DECIDED_BY: "user" if by_user else "approver",
+        semconv.TOOL_CALLING_APPROVAL_WAIT: (row.decided_at - row.created_at).total_seconds(),
+    }
+    if row.decided_by_id is not None:
+        attributes[semconv.TOOL_CALLING_APPROVAL_DECIDER_ID] = str(row.decided_by_id)
+    if row.confirmed_at is not None:
+        attributes[semconv.TOOL_CALLING_APPROVAL_CONFIRMED_AT] = row.confirmed_at.isoformat()
+    return attributes
 
 
 def execute(

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tool_calling", "0015_request_history"),
+        ("tool_calling", "0016_confirmation_and_decision_policies"),
     ]
 
     operations = [

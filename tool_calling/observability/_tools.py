@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from tool_calling.core.chat.messages import ToolCall
@@ -57,6 +58,8 @@ class tool_call:
         run_id: The durable run that made the call.
         trace_context: The run's stored trace context (``Run.trace_context``): the span joins
             the run's turn even when someone else's request sent the call (an approval).
+        approval_attributes: The ``tool_calling.approval.*`` attributes of a call that waited
+            for a person (``semconv``); never an argument value.
     """
 
     __slots__ = (
@@ -81,6 +84,7 @@ class tool_call:
         conversation_id: Any = None,
         run_id: Any = None,
         trace_context: str = "",
+        approval_attributes: Mapping[str, Any] | None = None,
     ) -> None:
         scope = _scope.get()
         turn = scope.turn
@@ -114,6 +118,8 @@ class tool_call:
                 attributes[sc.GEN_AI_TOOL_DESCRIPTION] = description
             if approval:
                 attributes[sc.TOOL_CALLING_APPROVAL] = approval
+            if approval_attributes:
+                attributes.update(approval_attributes)
             if conversation:
                 attributes[sc.GEN_AI_CONVERSATION_ID] = conversation
             if run:

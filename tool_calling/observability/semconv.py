@@ -55,6 +55,13 @@ __all__ = [
     "TOKEN_TYPE_INPUT",
     "TOKEN_TYPE_OUTPUT",
     "TOOL_CALLING_APPROVAL",
+    "TOOL_CALLING_APPROVAL_CONFIRMED_AT",
+    "TOOL_CALLING_APPROVAL_DECIDED_AT",
+    "TOOL_CALLING_APPROVAL_DECIDED_BY",
+    "TOOL_CALLING_APPROVAL_DECIDER_ID",
+    "TOOL_CALLING_APPROVAL_DECIDERS",
+    "TOOL_CALLING_APPROVAL_REQUESTED_AT",
+    "TOOL_CALLING_APPROVAL_WAIT",
     "TOOL_CALLING_ATTEMPT",
     "TOOL_CALLING_EXECUTION_MODE",
     "TOOL_CALLING_LIMIT",
@@ -200,6 +207,23 @@ TOOL_CALLING_LIMIT = "tool_calling.limit"
 TOOL_CALLING_APPROVAL = "tool_calling.approval"
 """The approval decision of a call of a tool that requires one: ``approved``, ``denied``,
 ``expired``."""
+
+# The ``tool_calling.approval.*`` namespace: on the ``execute_tool`` span of a call that waited
+# for a person (its user's confirmation, an approver's approval, or both). Never an argument.
+TOOL_CALLING_APPROVAL_DECIDERS = "tool_calling.approval.deciders"
+"""Whose decision the call waited for: ``user``, ``approver`` or ``user+approver``."""
+TOOL_CALLING_APPROVAL_REQUESTED_AT = "tool_calling.approval.requested_at"
+"""When the call started waiting (ISO 8601)."""
+TOOL_CALLING_APPROVAL_CONFIRMED_AT = "tool_calling.approval.confirmed_at"
+"""When the user confirmed a call an approver then decided (ISO 8601)."""
+TOOL_CALLING_APPROVAL_DECIDED_AT = "tool_calling.approval.decided_at"
+"""When the last decision let the call run (ISO 8601)."""
+TOOL_CALLING_APPROVAL_DECIDED_BY = "tool_calling.approval.decided_by"
+"""Who took that decision, as a role: ``user`` (the person whose turn it was) or ``approver``."""
+TOOL_CALLING_APPROVAL_DECIDER_ID = "tool_calling.approval.decider.id"
+"""The primary key of the user who took that decision (no name, no e-mail)."""
+TOOL_CALLING_APPROVAL_WAIT = "tool_calling.approval.wait"
+"""Seconds the call waited from its request to that decision."""
 
 # -- tool_calling's own metrics ------------------------------------------------------------------
 

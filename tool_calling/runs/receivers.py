@@ -106,7 +106,7 @@ def on_approval_decided(
         "tool_call_id": execution.tool_call_id,
         "tool": execution.tool_name,
         "decision": decision,
-        "by": execution.decided_by_id,
+        "by": execution.confirmed_by_id if decision == "confirmed" else execution.decided_by_id,
     }
     for key in ("edited", "reason"):
         if key in kwargs:

@@ -392,6 +392,10 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                 assistant_message_id=last.pk,
                 run_id=run.pk,
                 needs_approval=verdict.awaits_approval,
+                deciders=verdict.deciders,
+                definition_sha256=verdict.rules.schema_hash if verdict.rules else "",
+                decision_basis=verdict.basis,
+                standing=verdict.standing,
                 augmented=verdict.augmented,
                 sent=not here,
             )
@@ -424,6 +428,8 @@ def _decide_and_plan(state: _Step, last: models.Message) -> bool:
                         "execution": row.pk,
                         "tool_call_id": row.tool_call_id,
                         "tool": row.tool_name,
+                        # Whose decision it waits for: the user's confirmation, or an approver.
+                        "stage": "user" if row.deciders != models.Deciders.APPROVER else "approver",
                         "expires_at": (
                             row.approval_expires_at.isoformat() if row.approval_expires_at else None
                         ),
@@ -502,6 +508,7 @@ def _planned(state: _Step, call: ToolCall, callback: ToolCallback) -> gate.Verdi
             can_wait=True,
             rules=governed.rules(call.name),
             through=gate.Rule.APPROVAL,
+            conversation_id=state.run.conversation_id,
         )
     )
 

@@ -8,7 +8,7 @@ import itertools
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from types import EllipsisType
 from typing import Protocol, TypeAlias, runtime_checkable
@@ -30,6 +30,17 @@ from tool_calling.core.chat.prompt import (
 )
 from tool_calling.core.chat.response import ChatResponse
 from tool_calling.core.errors import ToolArgumentsError, ToolFailure, ToolResolutionError
+from tool_calling.core.execution.confirmation import (
+    PendingToolCall,
+    ToolCallConfirmationPolicy,
+    ToolCallConfirmationRequiredError,
+    ToolCallDecision,
+    denial_text,
+    edited_call,
+    index_decisions,
+    needs_confirmation,
+    parse_arguments,
+)
 from tool_calling.core.execution.exception_processor import (
     DefaultToolExecutionExceptionProcessor,
     ToolExecutionExceptionProcessor,
@@ -65,15 +76,27 @@ class ToolCallingManager(ABC):
 
     @abstractmethod
     def execute_tool_calls(
-        self, prompt: Prompt, chat_response: ChatResponse
+        self,
+        prompt: Prompt,
+        chat_response: ChatResponse,
+        decisions: Sequence[ToolCallDecision] | None = None,
     ) -> ToolExecutionResult:
-        """Run the tool calls of ``chat_response`` and return the extended history."""
+        """Run the tool calls of ``chat_response`` and return the extended history.
+
+        ``decisions`` are the user's, one per call that waits for confirmation (see
+        ``ToolCallConfirmationRequiredError``).
+        """
 
     async def aexecute_tool_calls(
-        self, prompt: Prompt, chat_response: ChatResponse
+        self,
+        prompt: Prompt,
+        chat_response: ChatResponse,
+        decisions: Sequence[ToolCallDecision] | None = None,
     ) -> ToolExecutionResult:
         """Async twin of :meth:`execute_tool_calls` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.execute_tool_calls, prompt, chat_response)
+        if decisions is None:
+            return await asyncio.to_thread(self.execute_tool_calls, prompt, chat_response)
+        return await asyncio.to_thread(self.execute_tool_calls, prompt, chat_response, decisions)
 
 
 @runtime_checkable
@@ -175,7 +198,15 @@ class DefaultToolCallingManager(ToolCallingManager):
         max_result_chars: Cut longer results (with a note); default from settings.
         max_concurrent_calls: How many calls of one batch run at once in-process; default from
             settings.
+        confirmation_policy: Which calls need the user's confirmation besides those whose tool
+            says so (``ToolMetadata.requires_confirmation``, always applied). A reply with such
+            a call runs none of its calls: ``ToolCallConfirmationRequiredError`` lists them.
     """
+
+    decides_confirmation: bool = True
+    """Whether this manager stops a reply for calls that need confirmation. A subclass whose own
+    rules decide who confirms a call (a governed manager, whose gate queues it for the user)
+    sets it false; decisions given to it still apply."""
 
     def __init__(
         self,
@@ -188,6 +219,7 @@ class DefaultToolCallingManager(ToolCallingManager):
         strict_tool_calls: bool | None = None,
         max_result_chars: int | None | EllipsisType = ...,
         max_concurrent_calls: int | None = None,
+        confirmation_policy: ToolCallConfirmationPolicy | None = None,
     ) -> None:
         self.resolver = resolver
         self.exception_processor = exception_processor
@@ -197,6 +229,7 @@ class DefaultToolCallingManager(ToolCallingManager):
         self.strict_tool_calls = strict_tool_calls
         self.max_result_chars = max_result_chars
         self.max_concurrent_calls = max_concurrent_calls
+        self.confirmation_policy = confirmation_policy
 
     # -- resolution -------------------------------------------------------------------------
 
@@ -236,33 +269,51 @@ class DefaultToolCallingManager(ToolCallingManager):
     # -- execution --------------------------------------------------------------------------
 
     def execute_tool_calls(
-        self, prompt: Prompt, chat_response: ChatResponse
+        self,
+        prompt: Prompt,
+        chat_response: ChatResponse,
+        decisions: Sequence[ToolCallDecision] | None = None,
     ) -> ToolExecutionResult:
         """Run the tool calls of the first generation that has any.
 
         The same as ``complete_tool_calls(prompt, plan, outcomes)`` where ``plan`` is
-        ``plan_tool_calls(prompt, chat_response)`` and ``outcomes`` are those of its jobs.
+        ``plan_tool_calls(prompt, chat_response, decisions)`` and ``outcomes`` are those of
+        its jobs.
+
+        Before any call runs, each call that would run (an offered tool, valid arguments,
+        within the limits) is checked for confirmation: its tool's flag, then
+        ``confirmation_policy``. If one needs it and ``decisions`` has none for it, nothing
+        runs. A denied call is answered with the decision's message (``is_error``); an allowed
+        one runs, with its edited arguments if the decision has any.
+
+        Args:
+            prompt: The prompt the model answered.
+            chat_response: The model's reply.
+            decisions: The user's decisions on waiting calls, by call id (``None``: none yet).
 
         Returns:
             The prompt's messages, the assistant message and one ``ToolResponseMessage`` with a
             response per call in call order; ``return_direct`` when every executed tool is.
 
         Raises:
-            ValueError: the response has no tool calls.
+            ValueError: the response has no tool calls, or a decision names no call of it.
+            ToolCallConfirmationRequiredError: calls wait for the user's decision; none ran.
             ToolCallLimitExceededException: a limit was exceeded with the THROW behaviour.
             ToolExecutionException: a tool failed and the exception processor re-raised.
             ToolArgumentsError, ToolResolutionError: bad arguments or unknown tool with strict
-                tool calls.
+                tool calls; edited arguments that fail the tool's schema (always).
         """
         settings = core_settings()
         messages, options = prompt.messages, prompt.options
-        assistant = _calling_message(chat_response)
+        assistant, denied = self._confirm(
+            messages, options, _calling_message(chat_response), decisions, settings
+        )
         executor = self.batch_executor(assistant.tool_calls)
-        if executor is None and len(assistant.tool_calls) == 1:
+        if executor is None and len(assistant.tool_calls) == 1 and not denied:
             done = self._execute_single(messages, options, assistant, settings)
             if done is not None:
                 return done
-        plan = self._plan(messages, options, assistant, settings)
+        plan = self._plan(messages, options, assistant, settings, denied)
         results = self._run(plan[2], options, settings, executor)
         return self._complete(messages, plan, results, settings)
 
@@ -326,19 +377,32 @@ class DefaultToolCallingManager(ToolCallingManager):
         max_chars = self.max_result_chars
         return settings.max_result_chars if isinstance(max_chars, EllipsisType) else max_chars
 
-    def plan_tool_calls(self, prompt: Prompt, chat_response: ChatResponse) -> ToolCallPlan:
+    def plan_tool_calls(
+        self,
+        prompt: Prompt,
+        chat_response: ChatResponse,
+        decisions: Sequence[ToolCallDecision] | None = None,
+    ) -> ToolCallPlan:
         """Count the limits and look the tools up: decide which calls run, answer the others.
 
         Nothing runs here; a caller that runs the jobs elsewhere (a durable run's Celery
         tasks) hands their outcomes to :meth:`complete_tool_calls`. The plan is JSON
         (``ToolCallPlan.to_json``), so it can be stored and completed in another process.
+        Confirmation is decided as :meth:`execute_tool_calls` decides it.
 
         Raises:
-            ValueError: the response has no tool calls.
+            ValueError: the response has no tool calls, or a decision names no call of it.
+            ToolCallConfirmationRequiredError: calls wait for the user's decision.
             ToolResolutionError: an unknown tool with strict tool calls.
+            ToolArgumentsError: edited arguments that fail the tool's schema.
         """
+        settings = core_settings()
+        messages, options = prompt.messages, prompt.options
+        confirmed, denied = self._confirm(
+            messages, options, _calling_message(chat_response), decisions, settings
+        )
         assistant, responses, jobs, breach, strict = self._plan(
-            prompt.messages, prompt.options, _calling_message(chat_response), core_settings()
+            messages, options, confirmed, settings, denied
         )
         planned = [PlannedCall(index, call, direct) for index, call, _, direct in jobs]
         return ToolCallPlan(assistant, responses, planned, breach, strict)
@@ -349,6 +413,7 @@ class DefaultToolCallingManager(ToolCallingManager):
         options: ChatOptions | None,
         assistant: AssistantMessage,
         settings: CoreSettings,
+        denied: Mapping[str, str] | None = None,
     ) -> _Plan:
         calls = assistant.tool_calls
         strict = self._strict(settings)
@@ -359,6 +424,9 @@ class DefaultToolCallingManager(ToolCallingManager):
         jobs: list[_Job] = []
         breach: tuple[int, str | None, int] | None = None
         for index, call in enumerate(calls):
+            if denied and call.id in denied:  # the user's decision answers it; it never runs
+                responses[index] = ToolResponse(call.id, call.name, denied[call.id], True)
+                continue
             exceeded = breaches[index] if breaches is not None else None
             if exceeded is not None:
                 found = callbacks.get(call.name)
@@ -392,6 +460,80 @@ class DefaultToolCallingManager(ToolCallingManager):
                     continue
             jobs.append((index, call, callback, callback.metadata.return_direct))
         return assistant, responses, jobs, breach, strict
+
+    def _confirm(
+        self,
+        messages: list[Message],
+        options: ChatOptions | None,
+        assistant: AssistantMessage,
+        decisions: Sequence[ToolCallDecision] | None,
+        settings: CoreSettings,
+    ) -> tuple[AssistantMessage, dict[str, str]]:
+        """Apply the user's decisions to a reply, or stop it when a call still waits.
+
+        Returns the reply with the allowed calls' edited arguments and the texts of the denied
+        calls by id. A call waits when it would run (its tool offered, its arguments valid, no
+        limit refusing it), needs confirmation, and ``decisions`` has none for it.
+
+        Raises:
+            ToolCallConfirmationRequiredError: at least one call waits.
+            ValueError: a decision names no call of the reply, or a call twice.
+            ToolArgumentsError: edited arguments fail the tool's schema.
+        """
+        calls = assistant.tool_calls
+        by_id = index_decisions(decisions, calls) if decisions else {}
+        if not self.decides_confirmation and not by_id:
+            return assistant, {}
+        callbacks = self._request_callbacks(options)
+        policy = self.confirmation_policy
+        if policy is None and not by_id:
+            # The common case: no policy, no decisions, no tool asking. Settled in one pass.
+            for call in calls:
+                found = callbacks.get(call.name)
+                if found is None:
+                    if self.resolution_fallback_enabled:
+                        break
+                elif found.metadata.requires_confirmation:
+                    break
+            else:
+                return assistant, {}
+        limits = self.limits if self.limits is not None else settings.limits
+        breaches = find_breaches(limits, messages, calls)
+        stop_at = len(calls)
+        if breaches is not None and limits.on_limit_exceeded is ToolCallLimitBehavior.THROW:
+            stop_at = next((i for i, b in enumerate(breaches) if b is not None), stop_at)
+        pending: list[PendingToolCall] = []
+        denied: dict[str, str] = {}
+        edited: list[ToolCall] = []
+        for index, call in enumerate(calls):
+            callback = callbacks.get(call.name) or self._fallback(call.name)
+            decision = by_id.get(call.id)
+            if decision is not None:
+                if decision.allowed:
+                    edited.append(edited_call(call, decision, callback))
+                else:
+                    denied[call.id] = decision.message or denial_text(call.name)
+                    edited.append(call)
+                continue
+            edited.append(call)
+            if callback is None or index >= stop_at:
+                continue
+            if breaches is not None and breaches[index] is not None:
+                continue  # a limit refuses it: nobody is asked about a call that cannot run
+            try:
+                callback.validate_arguments(call.arguments)
+            except ToolArgumentsError:
+                continue  # answered as bad arguments: nothing invalid waits for a person
+            arguments = parse_arguments(call.arguments) or {}
+            if needs_confirmation(callback, arguments) or (
+                policy is not None and policy.requires_confirmation(call, callback, arguments)
+            ):
+                pending.append(PendingToolCall(call, callback.definition))
+        if pending:
+            raise ToolCallConfirmationRequiredError(assistant, pending)
+        if any(new is not old for new, old in zip(edited, calls, strict=True)):
+            assistant = AssistantMessage(assistant.text, edited, assistant.metadata)
+        return assistant, denied
 
     def _fallback(self, name: str) -> ToolCallback | None:
         """The resolver's callback for a name the request does not offer, when allowed."""

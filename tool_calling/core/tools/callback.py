@@ -258,6 +258,7 @@ class FunctionToolCallback(ToolCallback):
                 title=base.title if base else None,
                 annotations=base.annotations if base else None,
                 icons=base.icons if base else (),
+                requires_confirmation=base.requires_confirmation if base else False,
             )
         if spec.takes_self and not inspect.ismethod(function):
             raise ToolDefinitionError(
@@ -270,13 +271,16 @@ class FunctionToolCallback(ToolCallback):
             ToolMetadata(
                 return_direct=spec.return_direct,
                 requires_approval=spec.requires_approval,
+                requires_confirmation=spec.requires_confirmation,
                 title=spec.title,
                 annotations=spec.annotations or ToolAnnotations(),
                 icons=spec.icons,
             )
             if spec.title or spec.annotations or spec.icons
             else ToolMetadata(
-                return_direct=spec.return_direct, requires_approval=spec.requires_approval
+                return_direct=spec.return_direct,
+                requires_approval=spec.requires_approval,
+                requires_confirmation=spec.requires_confirmation,
             )
         )
         if not self._derived:

@@ -64,6 +64,8 @@ class ToolSpec:
     """Hints about what the tool does."""
     icons: tuple[ToolIcon, ...] = ()
     """Icons for MCP clients."""
+    requires_confirmation: bool | Callable[[Any], bool] = False
+    """Whether (or, a callable of the arguments, when) a call needs the user's confirmation."""
 
     # One per tool, built at import: writing the instance dict costs a third of the generated
     # frozen __init__ (object.__setattr__ per field); the instance stays frozen.
@@ -82,6 +84,7 @@ class ToolSpec:
         title: str | None = None,
         annotations: ToolAnnotations | None = None,
         icons: tuple[ToolIcon, ...] = (),
+        requires_confirmation: bool | Callable[[Any], bool] = False,
     ) -> None:
         fields = self.__dict__
         fields["definition"] = definition
@@ -97,6 +100,7 @@ class ToolSpec:
         fields["title"] = title
         fields["annotations"] = annotations
         fields["icons"] = icons
+        fields["requires_confirmation"] = requires_confirmation
 
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
@@ -137,6 +141,7 @@ def build_spec(
     title: str | None = None,
     annotations: ToolAnnotations | None = None,
     icons: Sequence[ToolIcon] = (),
+    requires_confirmation: bool | Callable[[Any], bool] = False,
 ) -> ToolSpec:
     """Validate ``function`` and build its tool spec.
 
@@ -227,6 +232,16 @@ def build_spec(
         title=_checked_title(title, tool_name, origin),
         annotations=annotations,
         icons=_checked_icons(icons, tool_name, origin),
+        requires_confirmation=_confirmation_flag(tool_name, origin, requires_confirmation),
+    )
+
+
+def _confirmation_flag(name: str, origin: str, flag: Any) -> bool | Callable[[Any], bool]:
+    if isinstance(flag, bool) or (callable(flag) and not isinstance(flag, type)):
+        return flag
+    raise ToolDefinitionError(
+        f"Tool {name!r} ({origin}): requires_confirmation must be a bool or a callable taking "
+        f"the call's arguments (a dict), got {type(flag).__name__}."
     )
 
 
@@ -272,6 +287,7 @@ def tool(
     title: str | None = None,
     annotations: ToolAnnotations | None = None,
     icons: Sequence[ToolIcon] = (),
+    requires_confirmation: bool | Callable[[Any], bool] = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -287,6 +303,7 @@ def tool(
     title: str | None = None,
     annotations: ToolAnnotations | None = None,
     icons: Sequence[ToolIcon] = (),
+    requires_confirmation: bool | Callable[[Any], bool] = False,
 ) -> Any:
     """Mark a function or method as a tool and return it unchanged.
 
@@ -308,6 +325,11 @@ def tool(
         annotations: Hints about what the tool does (read-only, destructive, idempotent,
             open-world), served over MCP; they never lift a check.
         icons: Icons for MCP clients.
+        requires_confirmation: The user whose turn it is must confirm a call before it runs:
+            ``True`` for every call, or a callable of the call's arguments (a dict) that says
+            which (``lambda args: args["amount"] > 100``). The manager then runs none of the
+            reply's calls until each waiting call has a decision (allow, allow with edited
+            arguments, deny).
 
     Returns:
         The function itself (or, without ``func``, a decorator).
@@ -334,6 +356,7 @@ def tool(
             title=title,
             annotations=annotations,
             icons=icons,
+            requires_confirmation=requires_confirmation,
         )
         setattr(function, SPEC_ATTRIBUTE, spec)
         return target

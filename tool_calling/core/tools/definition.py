@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -233,6 +233,11 @@ class ToolMetadata:
     """A person must approve each call before it runs (background runs pause for it; see
     ``tool_calling.calls.approvals``). In code it is a floor: operators cannot lift it in the
     admin."""
+    requires_confirmation: bool | Callable[[Mapping[str, Any]], bool] = False
+    """The user must confirm a call before it runs: ``True`` for every call, or a callable of
+    the call's parsed arguments that says which (``lambda args: args["amount"] > 100``). The
+    manager then runs none of the reply's calls until it has a decision per waiting call
+    (``tool_calling.core.execution.confirmation``). A floor: no policy can waive it."""
     tags: tuple[str, ...] = ()
     """Extra words tool search finds the tool by (synonyms, the product it belongs to, ...);
     never sent to the model."""
@@ -251,3 +256,9 @@ class ToolMetadata:
             )
         object.__setattr__(self, "tags", tuple(tags))
         object.__setattr__(self, "icons", tuple(self.icons))
+        flag = self.requires_confirmation
+        if not isinstance(flag, bool) and not callable(flag):
+            raise ToolDefinitionError(
+                "ToolMetadata requires_confirmation must be a bool or a callable of the "
+                f"arguments, got {type(flag).__name__}."
+            )

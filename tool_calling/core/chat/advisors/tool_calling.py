@@ -26,6 +26,7 @@ from tool_calling.core.chat.messages import (
 )
 from tool_calling.core.chat.prompt import ChatOptions, Prompt
 from tool_calling.core.chat.response import ChatResponse, Generation
+from tool_calling.core.execution.confirmation import ToolCallConfirmationRequiredError
 from tool_calling.core.execution.eligibility import (
     DefaultToolExecutionEligibilityPredicate,
     ToolExecutionEligibilityPredicate,
@@ -179,6 +180,12 @@ class ToolCallingAdvisor(Advisor):
             outcome = self.tool_calling_manager.execute_tool_calls(prompt, chat_response)
         except ToolCallLimitExceededException as exc:
             outcome = exc
+        except ToolCallConfirmationRequiredError as exc:
+            # The turn pauses: the reply goes back with its waiting calls, none of them ran.
+            # Nothing is stored for the advisors inside the loop: the calls have no answer yet.
+            paused = ChatResponse([exc.build_generation()], metadata=dict(chat_response.metadata))
+            _loop_ended(chain, request, [])
+            return ChatClientResponse(paused, response.context), None
         ending = decide_after_tools(chat_response, outcome)
         if ending is not None:
             _loop_ended(chain, request, ending.messages)

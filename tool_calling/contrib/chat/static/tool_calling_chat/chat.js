@@ -7,7 +7,10 @@
  *   each, by sequence, so no text is lost or shown twice.
  * - Fills in the arguments and results of tool calls from GET /api/conversations/{id}/?after=N.
  * - Gives approvers the queue of waiting calls (GET /api/tool-executions/?status=...) with
- *   approve (arguments editable, checked by the server) and deny (with a reason).
+ *   approve (arguments editable, checked by the server) and deny (with a reason), on the calls
+ *   they may decide (``can_decide``); the others are listed with whom they wait for.
+ * - Asks the user to confirm (or decline) a call of their own turn that waits for their
+ *   confirmation, in the transcript, with the same two API endpoints.
  *
  * Everything a model, a tool or a user wrote goes into the page as text (textContent, text
  * nodes), never as HTML.
@@ -31,6 +34,23 @@
     errorOf: (name) => `Error of ${name}`,
     ms: (ms) => `${ms} ms`,
     waitingNote: "Waiting for a person to approve this call.",
+    confirmNote: "This call waits for your confirmation before it runs.",
+    confirm: (name) => `Confirm ${name}`,
+    confirmAlways: (name) => `Confirm, and always allow ${name} in this conversation`,
+    confirmedAlwaysNote: "You confirmed it; its next calls in this conversation run without asking.",
+    decline: (name) => `Decline ${name}`,
+    confirmedNote: "You confirmed it.",
+    confirmedNextNote: "You confirmed it; an approver decides next.",
+    declinedNote: "You declined it; it was not run.",
+    waitingForConfirmation: "Waiting for your confirmation…",
+    toolNeedsYou: (name) => `Tool ${name} waits for your confirmation.`,
+    waitsForUser: (user) => `Waits for ${user} to confirm it first.`,
+    ownCall: "You asked for this call: another person approves it.",
+    askedAt: (when) => `Asked ${when}`,
+    expiresAt: (when) => `expires ${when}`,
+    inConversation: (title) => `In “${title}”`,
+    untitled: "an untitled conversation",
+    userWrote: (text) => `The user wrote: ${text}`,
     approvedNote: "Approved.",
     approvedEditedNote: "Approved, with edited arguments.",
     deniedNote: (reason) => (reason ? `Denied: ${reason}` : "Denied."),
@@ -113,6 +133,15 @@
 
   function statusLabel(status) {
     return (config.statusLabels && config.statusLabels[status]) || status;
+  }
+
+  /** A time from the API (ISO 8601) in the reader's locale; blank when there is none. */
+  function when(iso) {
+    if (!iso) {
+      return "";
+    }
+    const date = new Date(iso);
+    return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
   }
 
   /** JSON text indented (arguments, most results); anything else as it is. */
@@ -250,6 +279,49 @@
     setArguments(text) {
       this.arguments.textContent = pretty(text);
       this.argumentsBox.hidden = false;
+    }
+
+    /** Confirm / Decline buttons for a call of the user's own turn that waits for them. */
+    askConfirmation(url) {
+      if (this.confirmation) {
+        return;
+      }
+      const error = el("p", { class: "tc-error", role: "alert", hidden: true });
+      const confirmButton = el("button", { type: "button", class: "tc-confirm",
+        text: TEXT.confirm(this.name) });
+      const alwaysButton = el("button", { type: "button", class: "tc-confirm-always",
+        text: TEXT.confirmAlways(this.name) });
+      const declineButton = el("button", { type: "button", class: "tc-decline",
+        text: TEXT.decline(this.name) });
+      this.confirmation = el("div", { class: "tc-confirmation" },
+        confirmButton, " ", alwaysButton, " ", declineButton, error);
+      this.node.append(this.confirmation);
+      this.argumentsBox.open = true; // what is being confirmed, in view
+      const decide = async (path, body, done) => {
+        try {
+          const decided = await api("POST", `${url}${path}/`, body);
+          this.endConfirmation();
+          this.setNote(done(decided));
+          announce(this.note.textContent);
+        } catch (failure) {
+          error.textContent = failure.message;
+          error.hidden = false;
+        }
+      };
+      confirmButton.addEventListener("click", () => decide("approve", {},
+        (decided) => (decided.stage === "approver" ? TEXT.confirmedNextNote : TEXT.confirmedNote)));
+      alwaysButton.addEventListener("click", () => decide("approve", { remember: true },
+        (decided) => (decided.stage === "approver" ? TEXT.confirmedNextNote
+          : TEXT.confirmedAlwaysNote)));
+      declineButton.addEventListener("click", () => decide("deny", {},
+        () => TEXT.declinedNote));
+    }
+
+    endConfirmation() {
+      if (this.confirmation) {
+        this.confirmation.remove();
+        this.confirmation = null;
+      }
     }
 
     setResult(text, isError) {
@@ -395,17 +467,29 @@
         case "approval_needed": {
           const call = this.call(data.tool_call_id, data.tool);
           call.setStatus("awaiting_approval");
-          call.setNote(TEXT.waitingNote);
-          showState(TEXT.waitingForApproval);
-          announce(TEXT.toolWaits(data.tool));
+          if (data.stage === "user") {
+            call.setNote(TEXT.confirmNote);
+            call.askConfirmation(`${config.api.executions}${data.execution}/`);
+            showState(TEXT.waitingForConfirmation);
+            announce(TEXT.toolNeedsYou(data.tool));
+          } else {
+            call.setNote(TEXT.waitingNote);
+            showState(TEXT.waitingForApproval);
+            announce(TEXT.toolWaits(data.tool));
+          }
           document.dispatchEvent(new CustomEvent("tc-approvals-changed"));
           break;
         }
         case "approval_decided": {
           const call = this.call(data.tool_call_id, data.tool);
+          call.endConfirmation();
           call.setNote(this.decision(data));
-          // Approved: it waits for a worker now; otherwise it never runs.
-          call.setStatus(data.decision === "approved" ? "pending" : "denied");
+          if (data.decision === "confirmed") {
+            showState(TEXT.waitingForApproval); // an approver decides next
+          } else {
+            // Approved: it waits for a worker now; otherwise it never runs.
+            call.setStatus(data.decision === "approved" ? "pending" : "denied");
+          }
           document.dispatchEvent(new CustomEvent("tc-approvals-changed"));
           break;
         }
@@ -440,6 +524,9 @@
     }
 
     decision(data) {
+      if (data.decision === "confirmed") {
+        return TEXT.confirmedNextNote;
+      }
       if (data.decision === "approved") {
         return data.edited ? TEXT.approvedEditedNote : TEXT.approvedNote;
       }
@@ -654,6 +741,7 @@
       this.empty = document.getElementById("approvals-empty");
       this.more = document.getElementById("approvals-more");
       this.heading = document.getElementById("approvals-heading");
+      this.status = document.getElementById("approvals-status");
       this.items = new Map();
       this.loading = false;
       this.again = false;
@@ -723,12 +811,31 @@
       const denyForm = el("form", { class: "tc-deny-form" },
         el("label", { for: reason.id, text: TEXT.reasonLabel }), reason,
         el("button", { type: "submit", class: "tc-deny", text: TEXT.deny(call.tool_name) }));
+      const asked = [TEXT.askedAt(when(call.created_at))];
+      if (call.approval_expires_at) {
+        asked.push(TEXT.expiresAt(when(call.approval_expires_at)));
+      }
+      const context = [
+        el("p", { class: "tc-approval-meta",
+          text: `${TEXT.askedBy(call.requested_by || TEXT.unknownUser)} · ${asked.join(", ")}` }),
+        el("p", { class: "tc-approval-meta",
+          text: TEXT.inConversation(call.conversation_title || TEXT.untitled) }),
+      ];
+      if (call.user_message) {
+        context.push(el("blockquote", { class: "tc-approval-message",
+          text: TEXT.userWrote(call.user_message) }));
+      }
+      // Only where this person may decide: no button that the server would refuse.
+      let forms = [approveForm, denyForm];
+      if (!call.can_decide) {
+        const why = call.stage === "user"
+          ? TEXT.waitsForUser(call.requested_by || TEXT.unknownUser) : TEXT.ownCall;
+        forms = [el("p", { class: "tc-approval-waits", text: why })];
+      }
       const item = el("li", { class: "tc-approval", id: key, "data-execution": call.id,
         "aria-labelledby": `${key}-name` },
         el("h3", { id: `${key}-name` }, el("code", { text: call.tool_name })),
-        el("p", { class: "tc-approval-meta",
-          text: TEXT.askedBy(call.requested_by || TEXT.unknownUser) }),
-        approveForm, denyForm, error);
+        ...context, ...forms, error);
 
       const complain = (message, field) => {
         error.textContent = message;
@@ -742,9 +849,12 @@
         item.remove();
         this.items.delete(call.id);
         announce(message);
+        // Seen as well as heard: the decision stays written above the queue.
+        this.status.textContent = message;
+        this.status.hidden = false;
         // Keep the keyboard in the queue: the next call's editor, else the heading.
-        const target = next ? next.querySelector("textarea") : this.heading;
-        target.focus();
+        const target = next ? next.querySelector("textarea, button") : this.heading;
+        (target || this.heading).focus();
         this.refresh();
       };
 
