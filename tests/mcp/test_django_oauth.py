@@ -385,3 +385,24 @@ def test_drf_tokens_keep_working_and_are_not_limited_by_scopes(site: str, alice:
     names, result = run(session(f"{site}/mcp/", key, use))
     assert "add" in names and "close_books" in names
     assert (result.content[0].text, result.is_error) == ("closed 2024", False)
+
+
+def test_without_a_resource_access_tokens_are_unknown_and_drf_tokens_unlimited(
+    application: Application, alice: User
+) -> None:
+    from tool_calling.mcp.serving import authenticate, insufficient_scope
+
+    resource = "http://testserver/mcp/"
+    key = access_token(alice, application, [resource])
+    header = {"authorization": f"Bearer {key}"}
+    mcp = {"RESOURCE": resource, "AUTHORIZATION_SERVERS": ["http://testserver"]}
+    with override_settings(TOOL_CALLING=tool_calling_settings(MCP=mcp)):
+        principal = authenticate(header)
+        assert principal is not None
+        assert (principal.user, principal.scopes) == (alice, frozenset({"mcp"}))
+        assert insufficient_scope(principal, call("add", a=1, b=2)) == []
+    with override_settings(TOOL_CALLING=tool_calling_settings(MCP={})):
+        assert authenticate(header) is None
+    drf = authenticate({"authorization": f"Bearer {Token.objects.create(user=alice).key}"})
+    assert drf is not None and drf.scopes is None
+    assert insufficient_scope(drf, call("close_books", year=1)) == []

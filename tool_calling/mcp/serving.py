@@ -406,6 +406,7 @@ def http_app(*, fallback: ASGIApp | None = None, path: str = "/mcp/") -> McpHttp
             "'rest_framework.authtoken' to INSTALLED_APPS (and migrate)."
         )
     options = app_settings.MCP
+    resource = protected_resource()
     return tool_server().streamable_http_app(
         authenticate=_with_fresh_connections(authenticate),
         allowed_hosts=options["ALLOWED_HOSTS"],
@@ -413,8 +414,9 @@ def http_app(*, fallback: ASGIApp | None = None, path: str = "/mcp/") -> McpHttp
         path=path,
         principal_key=_principal_key,
         fallback=fallback,
-        protected_resource=protected_resource(),
-        insufficient_scope=insufficient_scope,
+        protected_resource=resource,
+        # Without OAuth every principal holds a DRF token, which scopes do not limit.
+        insufficient_scope=insufficient_scope if resource is not None else None,
     )
 
 
