@@ -344,7 +344,8 @@ def test_a_token_for_another_resource_or_for_any_resource_gets_401(
     site: str, application: Application, alice: User
 ) -> None:
     challenge = (
-        f'Bearer resource_metadata="{site}/.well-known/oauth-protected-resource/mcp/", scope="mcp"'
+        'Bearer error="invalid_token", '
+        f'resource_metadata="{site}/.well-known/oauth-protected-resource/mcp/", scope="mcp"'
     )
     for resource in ([f"{site}/other/"], ["https://elsewhere.example/mcp/"], []):
         token = access_token(alice, application, resource)

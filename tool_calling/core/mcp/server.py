@@ -842,7 +842,7 @@ class McpHttpApp:
             await _plain(send, 500, "Authentication failed")
             return
         if principal is None:
-            await _unauthorized(send, self.protected_resource)
+            await _unauthorized(send, self.protected_resource, "authorization" in headers)
             return
         if self._insufficient_scope is not None:
             body, receive = await _buffered(receive)
@@ -903,9 +903,13 @@ async def _json_response(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _unauthorized(send: Send, resource: ProtectedResource | None) -> None:
-    # Without OAuth, the endpoint's own tokens: no metadata to point at.
-    challenge = 'Bearer error="invalid_token"' if resource is None else resource.challenge()
+async def _unauthorized(send: Send, resource: ProtectedResource | None, presented: bool) -> None:
+    # Without OAuth, the endpoint's own tokens: no metadata to point at. With it, a request
+    # that sent no credentials gets no error code (RFC 6750 section 3.1).
+    if resource is None:
+        challenge = 'Bearer error="invalid_token"'
+    else:
+        challenge = resource.challenge("invalid_token" if presented else "")
     error = {"error": "invalid_token", "error_description": "Authentication required"}
     await _json_response(send, 401, error, challenge=challenge)
 
