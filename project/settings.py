@@ -38,10 +38,15 @@ plain HTTP; docker/compose.yml turns them on:
                           (TOOL_CALLING["MCP"]["ALLOWED_HOSTS"]; unset: loopback only)
     TOOL_CALLING_MCP_ALLOWED_ORIGINS  comma-separated Origin values /mcp/ accepts
                           (TOOL_CALLING["MCP"]["ALLOWED_ORIGINS"]; unset: those of its hosts)
+    TOOL_CALLING_MCP_RESOURCE  the URL clients reach /mcp/ at, e.g. "https://example.com/mcp/":
+                          /mcp/ then also accepts OAuth access tokens of this project's
+                          authorization server (/o/) issued for it (TOOL_CALLING["MCP"]
+                          ["RESOURCE"]); unset: DRF tokens only
 """
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -102,6 +107,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    # The OAuth 2.1 authorization server (/o/authorize/, /o/token/) whose access tokens /mcp/
+    # accepts when TOOL_CALLING_MCP_RESOURCE is set.
+    "oauth2_provider",
     "drf_spectacular",
     # Swagger UI's assets as static files: the browsable schema needs no CDN.
     "drf_spectacular_sidecar",
@@ -244,11 +252,28 @@ STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT") or BASE_DIR / "var" / "s
 
 # /mcp/ (tool_calling.asgi.with_mcp): which Host and Origin headers it accepts. Unset, the app's
 # defaults: loopback hosts, and the origins of the accepted hosts.
-_MCP = {}
+_MCP: dict[str, object] = {}
 if _mcp_hosts := _as_list(os.environ.get("TOOL_CALLING_MCP_ALLOWED_HOSTS", "")):
     _MCP["ALLOWED_HOSTS"] = _mcp_hosts
 if _mcp_origins := _as_list(os.environ.get("TOOL_CALLING_MCP_ALLOWED_ORIGINS", "")):
     _MCP["ALLOWED_ORIGINS"] = _mcp_origins
+# OAuth on /mcp/: this project is its own authorization server, so the issuer is the origin of
+# /mcp/'s URL (its RFC 8414 metadata is at /.well-known/oauth-authorization-server).
+if _mcp_resource := os.environ.get("TOOL_CALLING_MCP_RESOURCE", "").strip():
+    _MCP["RESOURCE"] = _mcp_resource
+    _resource = urlsplit(_mcp_resource)
+    _MCP["AUTHORIZATION_SERVERS"] = [f"{_resource.scheme}://{_resource.netloc}"]
+
+# The authorization server (django-oauth-toolkit, mounted at /o/): authorization code with PKCE
+# (S256 only) for MCP clients, the scopes /mcp/ knows (TOOL_CALLING["MCP"]["SCOPE"], and any
+# that TOOL_CALLING["MCP"]["TOOL_SCOPES"] names must be listed here too). Clients are registered
+# in the admin (Applications: public, authorization code, their redirect URIs).
+OAUTH2_PROVIDER = {
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "SCOPES": {"mcp": "Use the tools you may use, over MCP"},
+    "DEFAULT_SCOPES": ["mcp"],
+}
 
 # --- Django REST framework -----------------------------------------------------------------
 

@@ -35,6 +35,8 @@ print(json.dumps({
     "static_root": str(settings.STATIC_ROOT),
     "mcp_hosts": tool_calling.MCP["ALLOWED_HOSTS"],
     "mcp_origins": tool_calling.MCP["ALLOWED_ORIGINS"],
+    "mcp_resource": tool_calling.MCP["RESOURCE"],
+    "mcp_authorization_servers": tool_calling.MCP["AUTHORIZATION_SERVERS"],
 }))
 """
 
@@ -77,6 +79,8 @@ DEFAULTS = {
     "static_root": str(ROOT / "var" / "static"),
     "mcp_hosts": ["127.0.0.1", "localhost", "[::1]"],
     "mcp_origins": None,
+    "mcp_resource": None,
+    "mcp_authorization_servers": [],
 }
 
 
@@ -128,8 +132,23 @@ def test_by_default_nothing_assumes_https(tmp_path):
             {"TOOL_CALLING_MCP_ALLOWED_ORIGINS": "https://ide.example"},
             {"mcp_origins": ["https://ide.example"]},
         ),
+        # OAuth on /mcp/: the project is its own authorization server, at the URL's origin.
+        (
+            {"TOOL_CALLING_MCP_RESOURCE": "https://mcp.example:8443/mcp/"},
+            {
+                "mcp_resource": "https://mcp.example:8443/mcp/",
+                "mcp_authorization_servers": ["https://mcp.example:8443"],
+            },
+        ),
         # Empty is unset (compose passes ${X:-}).
-        ({"TOOL_CALLING_MCP_ALLOWED_HOSTS": "", "DJANGO_CSRF_TRUSTED_ORIGINS": ""}, {}),
+        (
+            {
+                "TOOL_CALLING_MCP_ALLOWED_HOSTS": "",
+                "DJANGO_CSRF_TRUSTED_ORIGINS": "",
+                "TOOL_CALLING_MCP_RESOURCE": "",
+            },
+            {},
+        ),
     ],
     ids=[
         "redirect",
@@ -142,6 +161,7 @@ def test_by_default_nothing_assumes_https(tmp_path):
         "static-root",
         "mcp-hosts",
         "mcp-origins",
+        "mcp-resource",
         "empty-is-unset",
     ],
 )

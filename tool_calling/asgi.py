@@ -201,9 +201,10 @@ def with_mcp(application: Any, *, path: str = "/mcp/") -> Any:
     the ASGI lifespan, which the MCP SDK's session manager needs and Django's handler refuses:
     it starts the manager on ``lifespan.startup`` and never forwards lifespan events to
     ``application``. Run it under an ASGI server that sends them (uvicorn's default ``auto``
-    does). Every request to ``path`` is authenticated (``Authorization: Bearer <DRF token>``)
-    and its ``Host`` and ``Origin`` are checked against ``TOOL_CALLING["MCP"]``; see
-    ``tool_calling.mcp.serving``.
+    does). Every request to ``path`` is authenticated (``Authorization: Bearer <DRF token>``,
+    or an OAuth access token issued for ``MCP["RESOURCE"]`` when that is set, whose protected
+    resource metadata is then served too) and its ``Host`` and ``Origin`` are checked against
+    ``TOOL_CALLING["MCP"]``; see ``tool_calling.mcp.serving``.
     """
     # Imported here, after django.setup(): the endpoint reads models (and the mcp SDK is
     # only needed by projects that serve MCP).

@@ -41,6 +41,12 @@ tool_calling.E018   The API is mounted but the current Celery app has no broker 
                     run tasks eagerly.
 tool_calling.E019   The API is mounted and ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` gives
                     ``tool_calling_turns`` a value that is not a rate (``"30/min"``) or None.
+tool_calling.E020   OAuth on ``/mcp/``: ``MCP["RESOURCE"]`` is neither None nor an http(s) URL,
+                    ``MCP["AUTHORIZATION_SERVERS"]`` is not a list of http(s) URLs (or is
+                    empty while ``RESOURCE`` is set), ``MCP["SCOPE"]`` is not a string,
+                    ``MCP["TOOL_SCOPES"]`` is not a dict of tool names to scopes, or
+                    ``RESOURCE`` is set but django-oauth-toolkit (``oauth2_provider``) is not
+                    in ``INSTALLED_APPS``.
 tool_calling.W001   A Redis broker without ``socket_timeout`` in
                     ``CELERY_BROKER_TRANSPORT_OPTIONS``: a worker's connection (and Celery's own
                     publishes) would wait forever on a stalled Redis (S9). tool_calling's own
@@ -68,6 +74,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from django.apps import apps
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
@@ -825,6 +832,75 @@ def _check_augmentation(augmentation: Mapping[str, Any]) -> list[CheckMessage]:
     return []
 
 
+def _is_http_url(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.fragment
+
+
+def _check_mcp_oauth(mcp: Mapping[str, Any]) -> list[CheckMessage]:
+
+    errors: list[CheckMessage] = []
+
+    def error(key: str, message: str, hint: str) -> None:
+        errors.append(
+            Error(
+                f"The value of '{_path('MCP', key)}' must be {message}.",
+                hint=hint,
+                id="tool_calling.E020",
+            )
+        )
+
+    resource = mcp["RESOURCE"]
+    if resource is not None and not _is_http_url(resource):
+        error(
+            "RESOURCE",
+            "None or an http(s) URL",
+            "The URL clients reach /mcp/ at, e.g. "
+            "'https://example.com/mcp/'; None turns OAuth off (DRF tokens only).",
+        )
+    servers = mcp["AUTHORIZATION_SERVERS"]
+    if (
+        isinstance(servers, str)
+        or not isinstance(servers, Sequence)
+        or not all(_is_http_url(server) for server in servers)
+        or (resource is not None and not servers)
+    ):
+        error(
+            "AUTHORIZATION_SERVERS",
+            "a list of http(s) URLs, not empty while 'RESOURCE' is set",
+            "The issuers clients get tokens from, e.g. ['https://example.com'].",
+        )
+    if not isinstance(mcp["SCOPE"], str):
+        error(
+            "SCOPE",
+            "a string",
+            "The scope every OAuth access token needs for /mcp/, e.g. 'mcp'; '' for none.",
+        )
+    tool_scopes = mcp["TOOL_SCOPES"]
+    if not isinstance(tool_scopes, Mapping) or not all(
+        isinstance(name, str) and isinstance(scope, str) and scope
+        for name, scope in tool_scopes.items()
+    ):
+        error(
+            "TOOL_SCOPES",
+            "a dict of tool names to scopes",
+            "E.g. {'refund_order': "
+            "'mcp:payments'}: an OAuth access token needs that scope to list and call it.",
+        )
+    if resource is not None and not apps.is_installed("oauth2_provider"):
+        errors.append(
+            Error(
+                f"'{_path('MCP', 'RESOURCE')}' is set but django-oauth-toolkit is not installed.",
+                hint="pip install 'django-tool-calling[oauth]' and add 'oauth2_provider' to "
+                "INSTALLED_APPS (and migrate): /mcp/ accepts its access tokens.",
+                id="tool_calling.E020",
+            )
+        )
+    return errors
+
+
 def _check_mcp(mcp: Mapping[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     hosts = mcp["ALLOWED_HOSTS"]
@@ -856,6 +932,7 @@ def _check_mcp(mcp: Mapping[str, Any]) -> list[CheckMessage]:
                 id="tool_calling.E016",
             )
         )
+    errors += _check_mcp_oauth(mcp)
     ttl = mcp["LIST_TTL_MS"]
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
         errors.append(

@@ -264,6 +264,19 @@ DEFAULTS: dict[str, Any] = {
         # the answer is per user: cacheScope "private"). 0 = ask again each time, so an
         # operator's change shows at once; calls are re-checked when they run either way.
         "LIST_TTL_MS": 0,
+        # OAuth 2.1 on /mcp/ (the MCP authorization spec): the endpoint's URL as clients reach
+        # it, e.g. "https://example.com/mcp/". Access tokens of the project's authorization
+        # server (django-oauth-toolkit) are accepted only when issued for this resource
+        # (RFC 8707). None = no OAuth: DRF tokens only (they are accepted either way).
+        "RESOURCE": None,
+        # Issuer URLs of the authorization servers clients get tokens from (published in the
+        # protected resource metadata, RFC 9728), e.g. ["https://example.com"].
+        "AUTHORIZATION_SERVERS": [],
+        # The scope every OAuth access token needs for /mcp/ (asked for in the 401 challenge).
+        "SCOPE": "mcp",
+        # Tool name -> the further scope an OAuth access token needs to list and call that tool,
+        # e.g. {"refund_order": "mcp:payments"}. DRF tokens are not limited by scopes.
+        "TOOL_SCOPES": {},
     },
 }
 

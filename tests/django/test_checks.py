@@ -985,3 +985,73 @@ def test_w004_the_example_project_gives_run_steps_longer_than_the_client_waits()
     assert project.CELERY_TASK_TIME_LIMIT > project.CELERY_TASK_SOFT_TIME_LIMIT
     # A Redis blip leaves running calls running: their leases, not the broker, decide (R13).
     assert project.CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS is False
+
+
+# --- OAuth on /mcp/ ------------------------------------------------------------------------------
+
+
+def _oauth_error(key, message, hint):
+    return Error(
+        f"""The value of 'TOOL_CALLING["MCP"]["{key}"]' must be {message}.""",
+        hint=hint,
+        id="tool_calling.E020",
+    )
+
+
+def test_e020_the_mcp_oauth_settings_must_have_their_types():
+    resource = _oauth_error(
+        "RESOURCE",
+        "None or an http(s) URL",
+        "The URL clients reach /mcp/ at, e.g. 'https://example.com/mcp/'; None turns OAuth off "
+        "(DRF tokens only).",
+    )
+    servers = _oauth_error(
+        "AUTHORIZATION_SERVERS",
+        "a list of http(s) URLs, not empty while 'RESOURCE' is set",
+        "The issuers clients get tokens from, e.g. ['https://example.com'].",
+    )
+    scope = _oauth_error(
+        "SCOPE",
+        "a string",
+        "The scope every OAuth access token needs for /mcp/, e.g. 'mcp'; '' for none.",
+    )
+    tool_scopes = _oauth_error(
+        "TOOL_SCOPES",
+        "a dict of tool names to scopes",
+        "E.g. {'refund_order': 'mcp:payments'}: an OAuth access token needs that scope to list "
+        "and call it.",
+    )
+    good = {
+        "RESOURCE": "https://example.com/mcp/",
+        "AUTHORIZATION_SERVERS": ["https://example.com"],
+    }
+    assert run({"MCP": good}) == []
+    assert run({"MCP": {**good, "RESOURCE": "example.com/mcp/"}}) == [resource]
+    assert run({"MCP": {**good, "AUTHORIZATION_SERVERS": []}}) == [servers]
+    assert run({"MCP": {**good, "AUTHORIZATION_SERVERS": "https://example.com"}}) == [servers]
+    assert run({"MCP": {"AUTHORIZATION_SERVERS": ["example.com"]}}) == [servers]
+    assert run({"MCP": {"SCOPE": None}}) == [scope]
+    assert run({"MCP": {"TOOL_SCOPES": {"refund_order": ""}}}) == [tool_scopes]
+    assert run({"MCP": {"TOOL_SCOPES": ["refund_order"]}}) == [tool_scopes]
+    assert run({"MCP": {"TOOL_SCOPES": {"refund_order": "mcp:payments"}}}) == []
+
+
+def test_e020_a_resource_needs_django_oauth_toolkit_installed():
+    from django.conf import settings
+
+    apps = [app for app in settings.INSTALLED_APPS if app != "oauth2_provider"]
+    good = {
+        "RESOURCE": "https://example.com/mcp/",
+        "AUTHORIZATION_SERVERS": ["https://example.com"],
+    }
+    with override_settings(INSTALLED_APPS=apps):
+        assert run({"MCP": good}) == [
+            Error(
+                """'TOOL_CALLING["MCP"]["RESOURCE"]' is set but django-oauth-toolkit is not """
+                "installed.",
+                hint="pip install 'django-tool-calling[oauth]' and add 'oauth2_provider' to "
+                "INSTALLED_APPS (and migrate): /mcp/ accepts its access tokens.",
+                id="tool_calling.E020",
+            )
+        ]
+        assert run({"MCP": {}}) == []

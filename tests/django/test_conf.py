@@ -88,6 +88,10 @@ def test_documented_defaults():
         "ALLOWED_HOSTS": ["127.0.0.1", "localhost", "[::1]"],
         "ALLOWED_ORIGINS": None,
         "LIST_TTL_MS": 0,
+        "RESOURCE": None,
+        "AUTHORIZATION_SERVERS": [],
+        "SCOPE": "mcp",
+        "TOOL_SCOPES": {},
     }
     # spring.ai.tools.observations.include-content: content stays off spans by default (S12).
     assert DEFAULTS["OBSERVATIONS_INCLUDE_CONTENT"] is False

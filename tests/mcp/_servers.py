@@ -183,10 +183,10 @@ def paged_command(state: Path) -> tuple[str, list[str]]:
 class UvicornThread:
     """An ASGI app served by uvicorn on a thread (lifespan on), stopped within a bound."""
 
-    def __init__(self, app: Any, *, lifespan: str = "on") -> None:
+    def __init__(self, app: Any, *, lifespan: str = "on", port: int | None = None) -> None:
         import uvicorn
 
-        self.port = free_port()
+        self.port = port or free_port()
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, lifespan=lifespan, log_level="warning"
         )

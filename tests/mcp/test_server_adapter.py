@@ -7,6 +7,7 @@ for the refusals. Every wait is bounded.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from tool_calling.core.mcp import (
     McpConnection,
     McpToolCallbackProvider,
     McpToolServer,
+    ProtectedResource,
     StdioTransport,
     StreamableHttpTransport,
 )
@@ -246,3 +248,75 @@ def test_from_callbacks_serves_fixed_tools_and_refuses_duplicates() -> None:
         )
     with pytest.raises(ValueError, match="page_size must be a positive integer, got 0"):
         McpToolServer.from_callbacks([], page_size=0)
+
+
+def test_a_protected_resource_names_its_metadata_and_challenges_with_it() -> None:
+    resource = ProtectedResource(
+        resource="https://example.com/mcp/",
+        authorization_servers=("https://auth.example.com",),
+        scopes_supported=("mcp", "mcp:books"),
+        scope="mcp",
+    )
+    assert resource.metadata_url == "https://example.com/.well-known/oauth-protected-resource/mcp/"
+    assert resource.metadata_paths() == (
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    )
+    assert resource.challenge() == (
+        'Bearer resource_metadata="https://example.com/.well-known/oauth-protected-resource/mcp/", '
+        'scope="mcp"'
+    )
+    assert resource.challenge("insufficient_scope", "mcp:books") == (
+        'Bearer error="insufficient_scope", '
+        'resource_metadata="https://example.com/.well-known/oauth-protected-resource/mcp/", '
+        'scope="mcp:books"'
+    )
+    assert resource.document() == {
+        "resource": "https://example.com/mcp/",
+        "authorization_servers": ["https://auth.example.com"],
+        "scopes_supported": ["mcp", "mcp:books"],
+        "bearer_methods_supported": ["header"],
+    }
+
+
+@pytest.mark.parametrize("url", ["example.com/mcp/", "ftp://example.com/mcp/", "https://x/#f"])
+def test_a_protected_resource_must_be_an_http_url(url: str) -> None:
+    message = f"ProtectedResource: resource must be an http(s) URL without a fragment, got {url!r}."
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ProtectedResource(resource=url, authorization_servers=())
+
+
+def test_insufficient_scope_answers_403_before_the_call_and_passes_the_body_on() -> None:
+    seen: list[Any] = []
+
+    def insufficient_scope(principal: Any, message: Any) -> list[str]:
+        seen.append(message.get("method"))
+        params = message.get("params") or {}
+        return ["mcp:admin"] if params.get("name") == "add" else []
+
+    app = served_tools.build_server().streamable_http_app(
+        authenticate=served_tools.authenticate, insufficient_scope=insufficient_scope
+    )
+    with UvicornThread(app) as served:
+        assert tool_names(served.url, "bob-token")  # the body reached the SDK intact
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "add", "arguments": {"a": 1, "b": 2}},
+        }
+        response = httpx.post(
+            served.url,
+            json=call,
+            headers={
+                "Authorization": "Bearer bob-token",
+                "Accept": "application/json, text/event-stream",
+            },
+            timeout=20,
+        )
+    assert response.status_code == 403
+    assert response.headers["www-authenticate"] == (
+        'Bearer error="insufficient_scope", scope="mcp:admin"'
+    )
+    assert response.json()["error"] == "insufficient_scope"
+    assert "initialize" in seen and "tools/list" in seen and "tools/call" in seen

@@ -9,8 +9,12 @@ counts as one turn for ``LIMITS`` and the operators' overrides). A tool that req
 answers with an error text and never runs: an MCP call cannot wait for a person.
 
 :func:`http_app` serves it over streamable HTTP (``tool_calling.asgi.with_mcp`` mounts it at
-``/mcp/``): every request needs ``Authorization: Bearer <DRF token>``, ``Host`` must be one of
-``MCP["ALLOWED_HOSTS"]`` and ``Origin`` (when sent) one of ``MCP["ALLOWED_ORIGINS"]``.
+``/mcp/``): every request needs ``Authorization: Bearer <token>``, ``Host`` must be one of
+``MCP["ALLOWED_HOSTS"]`` and ``Origin`` (when sent) one of ``MCP["ALLOWED_ORIGINS"]``. The
+token is a DRF token (scripts), or, with ``MCP["RESOURCE"]`` set, an OAuth access token of
+django-oauth-toolkit issued for that resource: then ``/mcp/`` is an OAuth 2.1 resource server
+(the MCP authorization spec), and ``MCP["SCOPE"]`` and ``MCP["TOOL_SCOPES"]`` decide what the
+token's scopes let it list and call.
 :func:`serve_stdio` serves one user over stdin/stdout (``manage.py mcp_serve --user NAME``).
 
 Calls over MCP are audited with ``tool_call_id = "mcp:<session>:<n>"``: the session is the MCP
@@ -27,6 +31,7 @@ call's own).
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 import threading
@@ -59,7 +64,7 @@ from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse, Generation
 from tool_calling.core.errors import ToolFailure
 from tool_calling.core.execution.limits import ToolCallLimitExceededException
-from tool_calling.core.mcp import McpHttpApp, McpToolServer
+from tool_calling.core.mcp import McpHttpApp, McpToolServer, ProtectedResource
 from tool_calling.core.mcp.server import SERVER_CONTEXT_KEYS, ASGIApp
 from tool_calling.core.tools.callback import ToolCallback
 from tool_calling.governance import governed_turn
@@ -71,6 +76,8 @@ __all__ = [
     "approval_text",
     "authenticate",
     "http_app",
+    "insufficient_scope",
+    "protected_resource",
     "serve_stdio",
     "tool_server",
 ]
@@ -101,6 +108,9 @@ class McpPrincipal:
     revision, or before a session exists)."""
     client: str = ""
     """Who calls, across requests without a session: a digest of the credential."""
+    scopes: frozenset[str] | None = None
+    """The scopes of an OAuth access token; ``None`` for a DRF token, which scopes do not
+    limit."""
 
 
 def _principal_key(principal: McpPrincipal) -> str:
@@ -121,22 +131,107 @@ def _with_fresh_connections(function: Callable[..., T]) -> Callable[..., T]:
 
 
 def authenticate(headers: Mapping[str, str]) -> McpPrincipal | None:
-    """The principal of an HTTP request: ``Authorization: Bearer <DRF token>`` of an active user.
+    """The principal of an HTTP request: ``Authorization: Bearer <token>`` of an active user.
 
-    ``None`` (401) without that header, with another scheme, or with a token that is unknown or
-    belongs to an inactive user. The token authenticates here and is never sent on: the MCP
-    servers this project calls get their own credentials (``McpServer.headers``).
+    The token is a DRF token, or (with ``MCP["RESOURCE"]`` set and django-oauth-toolkit
+    installed) an OAuth access token that has not expired and was issued for that resource
+    (RFC 8707). The two are told apart by lookup: a DRF token's key is its primary key, an
+    access token is found by its checksum.
+
+    ``None`` (401) without that header, with another scheme, or with a token that is unknown,
+    expired, issued for another resource, or belongs to an inactive user. The token
+    authenticates here and is never sent on: the MCP servers this project calls get their own
+    credentials (``McpServer.headers``).
     """
     scheme, _, key = headers.get("authorization", "").partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key or " " in key:
         return None
+    client = "client-" + salted_hmac("tool_calling.mcp.client", key).hexdigest()[:16]
+    session = headers.get("mcp-session-id", "")
     try:
         user, _token = TokenAuthentication().authenticate_credentials(key)
     except AuthenticationFailed:
+        pass
+    else:
+        return McpPrincipal(user, session, client)
+    scopes = _access_token_scopes(key)
+    if scopes is None:
         return None
-    client = "client-" + salted_hmac("tool_calling.mcp.client", key).hexdigest()[:16]
-    return McpPrincipal(user, headers.get("mcp-session-id", ""), client)
+    user, granted = scopes
+    return McpPrincipal(user, session, client, granted)
+
+
+def _same_resource(issued: str, resource: str) -> bool:
+    return issued.rstrip("/") == resource.rstrip("/")
+
+
+def _access_token_scopes(key: str) -> tuple[Any, frozenset[str]] | None:
+    """The user and scopes of OAuth access token ``key``, if ``/mcp/`` accepts it."""
+    resource = app_settings.MCP["RESOURCE"]
+    if not resource or not apps.is_installed("oauth2_provider"):
+        return None
+    from oauth2_provider.models import get_access_token_model
+
+    checksum = hashlib.sha256(key.encode()).hexdigest()
+    token = (
+        get_access_token_model()
+        .objects.select_related("user")
+        .filter(token_checksum=checksum)
+        .first()
+    )
+    if token is None or token.is_expired() or token.user is None or not token.user.is_active:
+        return None
+    # A token names the resources it is for; one without any (unrestricted, to
+    # django-oauth-toolkit) or for another resource is not for /mcp/.
+    if not any(_same_resource(issued, resource) for issued in token.resource or ()):
+        return None
+    return token.user, frozenset(token.scope.split())
+
+
+def _tool_scope(name: str) -> str | None:
+    scope = app_settings.MCP["TOOL_SCOPES"].get(name)
+    return scope if isinstance(scope, str) else None
+
+
+def _scope_allows(principal: McpPrincipal, name: str) -> bool:
+    scope = _tool_scope(name)
+    return principal.scopes is None or scope is None or scope in principal.scopes
+
+
+def insufficient_scope(principal: McpPrincipal, message: Mapping[str, Any]) -> list[str]:
+    """The scopes ``principal``'s token lacks for JSON-RPC ``message`` (403 when any).
+
+    Every request needs ``MCP["SCOPE"]``; a ``tools/call`` also needs the scope
+    ``MCP["TOOL_SCOPES"]`` names for its tool. A DRF token lacks none.
+    """
+    if principal.scopes is None:
+        return []
+    needed = [app_settings.MCP["SCOPE"]] if app_settings.MCP["SCOPE"] else []
+    params = message.get("params")
+    if message.get("method") == "tools/call" and isinstance(params, Mapping):
+        scope = _tool_scope(str(params.get("name", "")))
+        if scope is not None:
+            needed.append(scope)
+    return [scope for scope in needed if scope not in principal.scopes]
+
+
+def protected_resource() -> ProtectedResource | None:
+    """``/mcp/`` as an OAuth protected resource, from ``MCP`` (read now).
+
+    ``None`` without ``MCP["RESOURCE"]``: DRF tokens only.
+    """
+    options = app_settings.MCP
+    if not options["RESOURCE"]:
+        return None
+    base = options["SCOPE"]
+    tool_scopes = {scope for scope in options["TOOL_SCOPES"].values() if scope}
+    return ProtectedResource(
+        resource=options["RESOURCE"],
+        authorization_servers=tuple(options["AUTHORIZATION_SERVERS"]),
+        scopes_supported=tuple(([base] if base else []) + sorted(tool_scopes - {base})),
+        scope=base,
+    )
 
 
 class _Sessions:
@@ -205,8 +300,12 @@ def _client_history(user: Any, client: str) -> list[Message]:
 
 
 def _list_tools(principal: McpPrincipal) -> list[ToolCallback]:
-    # By name: the same list in the same order whichever process answers.
-    return sorted(GovernedTools(principal.user).callbacks(), key=lambda callback: callback.name)
+    # By name: the same list in the same order whichever process answers. An OAuth token
+    # sees only the tools its scopes allow.
+    callbacks = [
+        c for c in GovernedTools(principal.user).callbacks() if _scope_allows(principal, c.name)
+    ]
+    return sorted(callbacks, key=lambda callback: callback.name)
 
 
 def _call_tool(
@@ -296,7 +395,7 @@ def http_app(*, fallback: ASGIApp | None = None, path: str = "/mcp/") -> McpHttp
     """The streamable-HTTP app of :func:`tool_server` at ``path``; other paths to ``fallback``.
 
     It owns the ASGI lifespan (the SDK's session manager starts there) and never forwards it.
-    Reads ``MCP["ALLOWED_HOSTS"]`` and ``MCP["ALLOWED_ORIGINS"]`` now.
+    Reads ``MCP`` now (the hosts, the origins, and the OAuth resource with its scopes).
 
     Raises:
         ImproperlyConfigured: ``rest_framework.authtoken`` is not installed.
@@ -307,6 +406,7 @@ def http_app(*, fallback: ASGIApp | None = None, path: str = "/mcp/") -> McpHttp
             "'rest_framework.authtoken' to INSTALLED_APPS (and migrate)."
         )
     options = app_settings.MCP
+    resource = protected_resource()
     return tool_server().streamable_http_app(
         authenticate=_with_fresh_connections(authenticate),
         allowed_hosts=options["ALLOWED_HOSTS"],
@@ -314,6 +414,9 @@ def http_app(*, fallback: ASGIApp | None = None, path: str = "/mcp/") -> McpHttp
         path=path,
         principal_key=_principal_key,
         fallback=fallback,
+        protected_resource=resource,
+        # Without OAuth every principal holds a DRF token, which scopes do not limit.
+        insufficient_scope=insufficient_scope if resource is not None else None,
     )
 
 

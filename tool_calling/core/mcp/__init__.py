@@ -11,7 +11,12 @@ from tool_calling.core.mcp.connection import (
     StdioTransport,
     StreamableHttpTransport,
 )
-from tool_calling.core.mcp.server import DEFAULT_ALLOWED_HOSTS, McpHttpApp, McpToolServer
+from tool_calling.core.mcp.server import (
+    DEFAULT_ALLOWED_HOSTS,
+    McpHttpApp,
+    McpToolServer,
+    ProtectedResource,
+)
 from tool_calling.core.mcp.spec import McpToolSpec, definition_hash, mcp_tool_name
 
 __all__ = [
@@ -23,6 +28,7 @@ __all__ = [
     "McpToolServer",
     "McpToolSpec",
     "McpTransport",
+    "ProtectedResource",
     "StdioTransport",
     "StreamableHttpTransport",
     "definition_hash",

@@ -25,6 +25,7 @@ from collections.abc import (
     MutableMapping,
     Sequence,
 )
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
@@ -74,6 +75,7 @@ __all__ = [
     "DEFAULT_ALLOWED_HOSTS",
     "McpHttpApp",
     "McpToolServer",
+    "ProtectedResource",
 ]
 
 logger = logging.getLogger("tool_calling.mcp")
@@ -103,6 +105,10 @@ Raise :class:`ToolFailure` or ``ToolArgumentsError`` for an ``isError`` result w
 Authenticate = Callable[[Mapping[str, str]], "P | None | Awaitable[P | None]"]
 """``authenticate(headers)``: the principal of an HTTP request (header names lower-case), or
 ``None`` for 401."""
+
+InsufficientScope = Callable[[P, Mapping[str, Any]], Sequence[str]]
+"""``insufficient_scope(principal, message)``: the scopes the principal's token lacks for this
+JSON-RPC ``message`` (``{}`` for a request without a body); none to let it through."""
 
 SERVER_CONTEXT_KEYS = (
     PROGRESS_KEY,
@@ -565,6 +571,8 @@ class McpToolServer(Generic[P]):
         session_idle_timeout: float | None = 30 * 60,
         max_sessions: int | None = 10_000,
         fallback: ASGIApp | None = None,
+        protected_resource: ProtectedResource | None = None,
+        insufficient_scope: InsufficientScope[P] | None = None,
     ) -> McpHttpApp:
         """Return the ASGI app serving this server over streamable HTTP at ``path``.
 
@@ -575,6 +583,12 @@ class McpToolServer(Generic[P]):
         404. Lifespan events start and stop the SDK's session manager; other paths go to
         ``fallback`` (a Django ASGI app, say) or get 404, and lifespan events are never
         forwarded to it.
+
+        With ``protected_resource`` the endpoint is an OAuth 2.0 resource server: it serves the
+        resource's metadata document (RFC 9728), its 401 names the document and the scope to
+        ask for, and a request whose token lacks a scope that ``insufficient_scope`` names gets
+        403 ``insufficient_scope`` naming the scopes to ask for (the MCP authorization spec's
+        step-up), before the SDK sees it.
 
         Args:
             authenticate: request headers (lower-case names) -> principal, or ``None``.
@@ -590,6 +604,8 @@ class McpToolServer(Generic[P]):
             session_idle_timeout: seconds before an idle session is closed (``None``: never).
             max_sessions: open sessions at most (503 beyond).
             fallback: the ASGI app for every other path.
+            protected_resource: the endpoint as an OAuth protected resource, or ``None``.
+            insufficient_scope: the scopes a principal's token lacks for a JSON-RPC message.
         """
         manager = StreamableHTTPSessionManager(
             app=self.server,
@@ -608,7 +624,70 @@ class McpToolServer(Generic[P]):
             path=path,
             principal_key=principal_key,
             fallback=fallback,
+            protected_resource=protected_resource,
+            insufficient_scope=insufficient_scope,
         )
+
+
+_WELL_KNOWN = "/.well-known/oauth-protected-resource"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProtectedResource:
+    """The MCP endpoint as an OAuth 2.0 protected resource (RFC 9728).
+
+    Its metadata document is served at ``/.well-known/oauth-protected-resource`` and at that
+    path followed by the resource's own path (``/.well-known/oauth-protected-resource/mcp/``);
+    a 401 points clients at it (``WWW-Authenticate: Bearer resource_metadata="..."``).
+    """
+
+    resource: str
+    """The endpoint's URL as clients reach it (``https://example.com/mcp/``): the ``resource``
+    (RFC 8707) a token must be issued for."""
+    authorization_servers: tuple[str, ...]
+    """The issuer URLs of the authorization servers whose tokens the endpoint accepts."""
+    scopes_supported: tuple[str, ...] = field(default=())
+    """Every scope the endpoint understands (published in the metadata)."""
+    scope: str = ""
+    """The scopes, space-separated, a client asks for first (in the 401 challenge); blank: none
+    named."""
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.resource)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment:
+            raise ValueError(
+                f"ProtectedResource: resource must be an http(s) URL without a fragment, "
+                f"got {self.resource!r}."
+            )
+
+    @property
+    def metadata_url(self) -> str:
+        """Where the metadata document is: the well-known path followed by the resource's."""
+        parts = urlsplit(self.resource)
+        return f"{parts.scheme}://{parts.netloc}{_WELL_KNOWN}{parts.path}"
+
+    def metadata_paths(self) -> tuple[str, ...]:
+        """The request paths that serve the metadata document."""
+        path = urlsplit(self.resource).path.rstrip("/")
+        return (_WELL_KNOWN, f"{_WELL_KNOWN}{path}")
+
+    def document(self) -> dict[str, Any]:
+        """The metadata document (RFC 9728 section 2)."""
+        return {
+            "resource": self.resource,
+            "authorization_servers": list(self.authorization_servers),
+            "scopes_supported": list(self.scopes_supported),
+            "bearer_methods_supported": ["header"],
+        }
+
+    def challenge(self, error: str = "", scope: str | None = None) -> str:
+        """The ``WWW-Authenticate`` value of a 401 (``error`` blank) or a 403."""
+        parts = [f'error="{error}"'] if error else []
+        parts.append(f'resource_metadata="{self.metadata_url}"')
+        scope = self.scope if scope is None else scope
+        if scope:
+            parts.append(f'scope="{scope}"')
+        return "Bearer " + ", ".join(parts)
 
 
 class _PrincipalUser(AuthenticatedUser):
@@ -667,6 +746,8 @@ class McpHttpApp:
         path: str,
         principal_key: Callable[[Any], str],
         fallback: ASGIApp | None,
+        protected_resource: ProtectedResource | None = None,
+        insufficient_scope: InsufficientScope[Any] | None = None,
     ) -> None:
         self._manager = manager
         self._authenticate = authenticate
@@ -679,6 +760,9 @@ class McpHttpApp:
         self._principal_key = principal_key
         self._fallback = fallback
         self._running = False
+        self.protected_resource = protected_resource
+        """The endpoint as an OAuth protected resource (``None``: bearer tokens of its own)."""
+        self._insufficient_scope = insufficient_scope
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -701,6 +785,14 @@ class McpHttpApp:
             return
         if kind == "http" and (scope["path"].rstrip("/") or "/") == self.path:
             await self._serve(scope, receive, send)
+            return
+        resource = self.protected_resource
+        if (
+            kind == "http"
+            and resource is not None
+            and scope["path"].rstrip("/") in resource.metadata_paths()
+        ):
+            await _json_response(send, 200, resource.document(), cors=True)
             return
         if self._fallback is not None:
             await self._fallback(scope, receive, send)
@@ -750,8 +842,14 @@ class McpHttpApp:
             await _plain(send, 500, "Authentication failed")
             return
         if principal is None:
-            await _unauthorized(send)
+            await _unauthorized(send, self.protected_resource, "authorization" in headers)
             return
+        if self._insufficient_scope is not None:
+            body, receive = await _buffered(receive)
+            missing = await _maybe_await(self._insufficient_scope, principal, _message(body))
+            if missing:
+                await _forbidden(send, self.protected_resource, " ".join(missing))
+                return
         if not self._running:
             await _plain(
                 send,
@@ -784,19 +882,77 @@ async def _plain(send: Send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _unauthorized(send: Send) -> None:
-    body = json.dumps(
-        {"error": "invalid_token", "error_description": "Authentication required"}
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer error="invalid_token"'),
-            ],
-        }
-    )
+async def _json_response(
+    send: Send,
+    status: int,
+    value: Any,
+    *,
+    challenge: str | None = None,
+    cors: bool = False,
+) -> None:
+    body = json.dumps(value).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if challenge is not None:
+        headers.append((b"www-authenticate", challenge.encode("latin-1")))
+    if cors:  # a public document, read by browser-based clients too
+        headers.append((b"access-control-allow-origin", b"*"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _unauthorized(send: Send, resource: ProtectedResource | None, presented: bool) -> None:
+    # Without OAuth, the endpoint's own tokens: no metadata to point at. With it, a request
+    # that sent no credentials gets no error code (RFC 6750 section 3.1).
+    if resource is None:
+        challenge = 'Bearer error="invalid_token"'
+    else:
+        challenge = resource.challenge("invalid_token" if presented else "")
+    error = {"error": "invalid_token", "error_description": "Authentication required"}
+    await _json_response(send, 401, error, challenge=challenge)
+
+
+async def _forbidden(send: Send, resource: ProtectedResource | None, scope: str) -> None:
+    if resource is None:
+        challenge = f'Bearer error="insufficient_scope", scope="{scope}"'
+    else:
+        challenge = resource.challenge("insufficient_scope", scope)
+    error = {
+        "error": "insufficient_scope",
+        "error_description": f"The access token lacks the scope: {scope}",
+    }
+    await _json_response(send, 403, error, challenge=challenge)
+
+
+async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
+    """The request body, read whole, and a ``receive`` that replays it to the next app."""
+    chunks: list[bytes] = []
+    messages: list[MutableMapping[str, Any]] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+
+    async def replay() -> MutableMapping[str, Any]:
+        if messages:
+            return messages.pop(0)
+        return await receive()
+
+    return b"".join(chunks), replay
+
+
+def _message(body: bytes) -> Mapping[str, Any]:
+    """The JSON-RPC message of a request body; ``{}`` when there is none (or it is not one)."""
+    if not body:
+        return {}
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return {}  # the SDK answers it with a parse error
+    return message if isinstance(message, dict) else {}
