@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from rest_framework.authtoken.models import Token
 
 from tests.django._tools import registered
-from tool_calling import models, tool
+from tool_calling import ToolContext, models, tool
 from tool_calling.asgi import get_asgi_application, with_mcp
 from tool_calling.calls.gate import confirmation_refusal_text
 from tool_calling.calls.policies import forget_policies
@@ -55,11 +55,25 @@ def close_account(account: str) -> str:
     return f"closed {account}"
 
 
+NAME_FORM = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+@tool(requires_confirmation=True)
+def rename_account(ctx: ToolContext, account: str) -> str:
+    """Rename an account (the user confirms, then the tool asks for the new name)."""
+    answer = ctx.input_responses.get("name")
+    if answer is None or ctx.request_state != f"naming {account}":
+        ask = InputRequired.elicitation("New name?", NAME_FORM)
+        return InputRequired({"name": ask}, request_state=f"naming {account}")
+    RAN.append(f"{account} -> {answer['content']['name']}")
+    return f"renamed {account}"
+
+
 @pytest.fixture(autouse=True)
 def _tools() -> Iterator[None]:
     RAN.clear()
     forget_policies()  # a flushed database sends no signal: the process's copy goes here
-    with registered(close_account):
+    with registered(close_account, rename_account):
         yield
     forget_policies()
 
@@ -370,3 +384,42 @@ def test_the_gate_lets_a_confirmation_decide_only_its_own_call_under_its_own_rul
     both = verdict(confirmation(basis=basis))
     assert both.refused_by is gate.Rule.APPROVAL
     assert RAN == []
+
+
+@pytest.mark.parametrize("revision", ["2026-07-28", "2025-11-25"])
+def test_a_confirmed_tool_that_asks_for_input_in_turn_is_not_asked_to_confirm_again(
+    site: str, token: str, revision: str
+) -> None:
+    from mcp_types import ElicitResult
+
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        if params.message == "New name?":
+            return ElicitResult(action="accept", content={"name": "Savings"})
+        return ElicitResult(action="accept", content={"confirm": True})
+
+    async def modern(opened: Client) -> Any:
+        return await opened.call_tool("rename_account", {"account": "R1"})
+
+    async def older() -> Any:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=20) as http:
+            async with streamable_http_client(site, http_client=http) as (read, write):
+                async with ClientSession(read, write, elicitation_callback=answer) as opened:
+                    await opened.initialize()
+                    return await opened.call_tool("rename_account", {"account": "R1"})
+
+    if revision == "2026-07-28":
+        result = run(client(site, token, modern, elicitation_callback=answer))
+    else:
+        result = run(older())
+    assert (result.content[0].text, result.is_error) == ("renamed R1", False)
+    assert asked == ['Confirm: call rename_account with {"account": "R1"}?', "New name?"]
+    assert RAN == ["R1 -> Savings"]
+    rows = models.ToolExecution.objects.order_by("pk")
+    assert [(row.status, row.confirmed_by.username) for row in rows] == [
+        (S.SUCCEEDED, "carol"),
+        (S.SUCCEEDED, "carol"),
+    ]

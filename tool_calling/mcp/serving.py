@@ -262,10 +262,17 @@ def _call_tool(
             _sessions.add(principal.session, ToolResponse(call.id, name, asked.text))
         raise ToolFailure(asked.text)
     if asked is not None:
-        turn.manager.confirmation = asked
-        # The answer was for this server, not for the tool.
-        context.pop(INPUT_RESPONSES_KEY, None)
-        context.pop(REQUEST_STATE_KEY, None)
+        turn.manager.confirmation = asked.confirmation
+        if asked.continuing:
+            # A later round of a confirmed call: the answers are the tool's, and so is the state.
+            if asked.tool_state is None:
+                context.pop(REQUEST_STATE_KEY, None)
+            else:
+                context[REQUEST_STATE_KEY] = asked.tool_state
+        else:
+            # The answer was for this server, not for the tool.
+            context.pop(INPUT_RESPONSES_KEY, None)
+            context.pop(REQUEST_STATE_KEY, None)
     prompt = Prompt(
         history, ToolCallingChatOptions(tool_callbacks=turn.callbacks, tool_context=context)
     )
@@ -288,7 +295,12 @@ def _call_tool(
         _sessions.add(principal.session, reply)
     if reply.is_error:
         raise ToolFailure(reply.response_data)
-    return reply.response_data
+    text = reply.response_data
+    if asked is not None and isinstance(text, InputRequired):
+        # The confirmed tool asks for input in turn: its state travels inside the confirmation's,
+        # so that its next round is still the confirmed call (and is not asked again).
+        return InputRequired(text.input_requests, request_state=asked.carrying(text.request_state))
+    return text
 
 
 CONFIRMATION_KEY = "confirm"
@@ -307,6 +319,24 @@ def declined_text(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class _Confirmed:
+    confirmation: gate.Confirmation
+    bound: Mapping[str, str]
+    continuing: bool = False
+    """A later round of the confirmed call (the tool asked for input after it was confirmed)."""
+    tool_state: str | None = None
+    """The tool's own request state in such a round."""
+
+    def carrying(self, tool_state: str | None) -> str:
+        """The request state of the confirmed call's next round, with the tool's own."""
+        return _state({**self.bound, "confirmed": True, "inner": tool_state})
+
+
+def _state(values: Mapping[str, Any]) -> str:
+    return _CONFIRMATION_STATE + json.dumps({**values, "asked": int(time.time())})
+
+
+@dataclass(frozen=True)
 class _Declined:
     call: ToolCall
     text: str
@@ -321,7 +351,7 @@ def _question(name: str, arguments: str) -> str:
 
 def _users_confirmation(
     user: Any, call: ToolCall, turn: Any, context: dict[str, Any]
-) -> InputRequired | _Declined | gate.Confirmation | None:
+) -> InputRequired | _Declined | _Confirmed | None:
     """Ask the client's user to confirm a call only they decide (rule 4), or read the answer.
 
     ``None`` when the call needs no such question: nobody decides it, an approver does (the
@@ -331,9 +361,10 @@ def _users_confirmation(
     asking (a form with one boolean), bound by its request state to the tool, the digest of
     the exact arguments, the tool's definition and the rules that asked; on the client's next
     call with that state (sealed by the SDK, checked before this runs) and these same things,
-    the answer: the user's :class:`~tool_calling.calls.gate.Confirmation`, or ``_Declined``.
-    Another state, or one for other arguments, another tool, definition or rules, or older
-    than :data:`CONFIRMATION_SECONDS`, asks again.
+    the answer: ``_Confirmed`` (the user's :class:`~tool_calling.calls.gate.Confirmation`), or
+    ``_Declined``. Another state, or one for other arguments, another tool, definition or rules,
+    or older than :data:`CONFIRMATION_SECONDS`, asks again. A confirmed tool that asks for
+    input in turn gets its answers and its own state on the next round, still confirmed.
     """
     name = call.name
     callback = next((c for c in turn.callbacks if c.name == name), None)
@@ -355,8 +386,9 @@ def _users_confirmation(
         "definition": verdict.rules.schema_hash,
         "basis": verdict.basis,
     }
-    answer = _answer(bound, context)
-    if answer is None:
+    given = _given(bound, context)
+    answer = None if given is None else given.get("confirmed") is True or _answer(context)
+    if given is None or answer is None:
         form = {
             "type": "object",
             "properties": {
@@ -364,13 +396,12 @@ def _users_confirmation(
             },
             "required": ["confirm"],
         }
-        state = _CONFIRMATION_STATE + json.dumps({**bound, "asked": int(time.time())})
         return InputRequired(
             {CONFIRMATION_KEY: InputRequired.elicitation(_question(name, call.arguments), form)},
-            request_state=state,
+            request_state=_state(bound),
         )
     if answer:
-        return gate.Confirmation(
+        confirmation = gate.Confirmation(
             user,
             name,
             bound["arguments"],
@@ -378,11 +409,22 @@ def _users_confirmation(
             bound["basis"],
             timezone.now(),
         )
+        inner = given.get("inner")
+        return _Confirmed(
+            confirmation,
+            bound,
+            continuing=given.get("confirmed") is True,
+            tool_state=inner if isinstance(inner, str) else None,
+        )
     return _Declined(call, declined_text(name), bound["definition"], bound["basis"])
 
 
-def _answer(bound: Mapping[str, str], context: Mapping[str, Any]) -> bool | None:
-    """The user's answer for the call ``bound`` describes: yes, no, or ``None`` (ask)."""
+def _given(bound: Mapping[str, str], context: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The confirmation's state the client gave back, if it is for the call ``bound`` describes.
+
+    ``None`` (ask) for another state, one of another call, or one older than
+    :data:`CONFIRMATION_SECONDS`.
+    """
     state = context.get(REQUEST_STATE_KEY)
     if not isinstance(state, str) or not state.startswith(_CONFIRMATION_STATE):
         return None
@@ -395,6 +437,11 @@ def _answer(bound: Mapping[str, str], context: Mapping[str, Any]) -> bool | None
     asked = given.get("asked")
     if not isinstance(asked, int) or not 0 <= time.time() - asked <= CONFIRMATION_SECONDS:
         return None
+    return given
+
+
+def _answer(context: Mapping[str, Any]) -> bool | None:
+    """The user's answer to the question: yes, no, or ``None`` (none given: ask)."""
     response = (context.get(INPUT_RESPONSES_KEY) or {}).get(CONFIRMATION_KEY)
     if not isinstance(response, Mapping):
         return None
