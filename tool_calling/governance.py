@@ -113,6 +113,9 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
         self.log = log
         self.approval_text = approval_text
         self.user = user if getattr(user, "is_authenticated", False) else None
+        # The user's confirmation of one call, given when asked (over MCP): the gate lets that
+        # call through when only the user decides it (``calls.gate.Confirmation``).
+        self.confirmation: gate.Confirmation | None = None
         # Calls on other threads (the pool of a batch) give their database connections back.
         self._home = threading.get_ident()
 
@@ -157,6 +160,7 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
             self.assistant_message_id,
             self.run_id,
             self.approval_text,
+            self.confirmation,
         )
 
     def refuse_over_limit(
@@ -183,6 +187,7 @@ class GovernedToolCallingManager(DefaultToolCallingManager):
                 can_wait=self.run_id is not None,
                 approval_text=self.approval_text,
                 over_limit=response_text,
+                confirmed=self.confirmation,
             )
         )
         if verdict.refused_by is gate.Rule.LIMIT or verdict.outcome is None:

@@ -21,9 +21,10 @@ it are not applied:
    the code's flag (``@tool(requires_approval=True)``) or the row's says so; both, the user
    first. Operators' decision policies (``calls.policies``: by name pattern, source, an MCP
    tool's pinned ``destructiveHint``, a condition on the arguments) add to both. The code is
-   a floor the row can only raise. Unless the call was decided for these exact arguments, a
-   path that can wait (a durable run) queues it for its deciders (``Verdict.deciders``), and
-   any other refuses it (S6).
+   a floor the row can only raise. Unless the call was decided for these exact arguments (an
+   approval, or the user's confirmation an MCP client gave when asked, ``GateCall.confirmed``,
+   for a call only the user decides), a path that can wait (a durable run) queues it for its
+   deciders (``Verdict.deciders``), and any other refuses it (S6).
 5. **quota**: the call takes one from its tool's quotas, atomically (S8); a retry of a call is
    not counted again.
 6. **limit**: the turn's per-tool and total caps (``LIMITS``, the operators' overrides; S7).
@@ -63,6 +64,7 @@ from tool_calling.resolvers import CallRules, call_rules
 
 __all__ = [
     "RULES",
+    "Confirmation",
     "GateCall",
     "Rule",
     "ToolApprovalRequiredError",
@@ -181,6 +183,43 @@ def decision_rules(
     return who, hashlib.sha256(basis.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """The user's confirmation of one call, given where the path asked them at once.
+
+    An MCP client's user answers a question about the call (``mcp.serving``): the answer is
+    bound to the tool, the digest of the exact arguments, the tool's definition and the rules
+    that asked (``decision_rules``); the gate lets the call through rule 4 only while all of
+    them are still the same, and only when nobody but the user must decide it.
+    """
+
+    user: Any
+    """Who confirmed (the user whose call it is)."""
+    tool_name: str
+    """The tool confirmed."""
+    arguments_sha256: str
+    """The SHA-256 of the exact arguments confirmed (blank arguments are ``{}``)."""
+    definition_sha256: str
+    """The tool's definition when the user was asked (``CallRules.schema_hash``)."""
+    basis: str
+    """The digest of the rules that asked for the confirmation."""
+    at: Any
+    """When the user answered."""
+
+    def covers(self, tool_call: ToolCall) -> bool:
+        """Whether this confirmation is of ``tool_call``: the same tool, the same arguments."""
+        return (
+            tool_call.name == self.tool_name
+            and arguments_sha256(tool_call.arguments) == self.arguments_sha256
+        )
+
+
+def arguments_sha256(arguments: str | None) -> str:
+    """The SHA-256 of a call's exact arguments (blank arguments are ``{}``)."""
+    text = arguments if arguments and not arguments.isspace() else "{}"
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 class _Unread:
     def __repr__(self) -> str:
         return "UNREAD"
@@ -219,6 +258,10 @@ class GateCall:
     """The last rule to apply: a plan asks through ``APPROVAL`` (nothing is counted then)."""
     conversation_id: Any = None
     """The call's conversation, whose standing decisions may cover it (``None``: none do)."""
+    confirmed: Confirmation | None = None
+    """The user's confirmation given for this call where it was asked (an MCP client's
+    answer); it decides a call only the user must decide, for its own tool, arguments,
+    definition and rules."""
 
 
 @dataclass(frozen=True)
@@ -245,6 +288,8 @@ class Verdict:
     """The digest of the rules that ask for its decision (``decision_rules``), when it waits."""
     standing: Any = None
     """The conversation's ``StandingDecision`` that let it through without asking, if one did."""
+    confirmed: Confirmation | None = None
+    """The user's confirmation that let it through rule 4, if one did (``GateCall.confirmed``)."""
 
     @property
     def admitted(self) -> bool:
@@ -336,6 +381,16 @@ def admit(call: GateCall) -> Verdict:
     #    policies), unless decided already: for these arguments, or by a standing decision of
     #    the conversation made under the same definition and rules.
     who, basis = ("", "") if call.approved else decision_rules(runs, own.arguments, rules)
+    confirmed = call.confirmed
+    if (
+        who == models.Deciders.USER
+        and confirmed is not None
+        and confirmed.covers(call.tool_call)
+        and confirmed.definition_sha256 == rules.schema_hash
+        and confirmed.basis == basis
+    ):
+        who = ""
+        admitted = Verdict(own, runs, augmented, rules, confirmed=confirmed)
     if who and call.conversation_id is not None:
         standing = standing_decision(call.conversation_id, name, who, rules.schema_hash, basis)
         if standing is not None:

@@ -19,7 +19,7 @@ from typing import Any
 from tool_calling import models, observability
 from tool_calling.calls import lifecycle
 from tool_calling.calls.failures import log_unexpected, with_error_id
-from tool_calling.calls.gate import GateCall, Verdict, approval_refusal_text
+from tool_calling.calls.gate import Confirmation, GateCall, Verdict, approval_refusal_text
 from tool_calling.calls.retries import log_retry, retry_pause
 from tool_calling.calls.running import CallOutcome, run_gated
 from tool_calling.core.chat.messages import ToolCall
@@ -48,6 +48,9 @@ class InlineScope:
     """The durable run whose calls these are."""
     approval_text: Callable[[str], str] = approval_refusal_text
     """What the model reads of a call that needs a person's approval (it cannot wait here)."""
+    confirmation: Confirmation | None = None
+    """The user's confirmation of a call, given when asked (over MCP): the gate lets the call
+    it covers through (``GateCall.confirmed``), and its row records it."""
 
     @property
     def recorded(self) -> dict[str, Any]:
@@ -92,9 +95,23 @@ def run_inline(
     refs: list[lifecycle.CallRef] = []
 
     def start(verdict: Verdict) -> None:
+        confirmed = verdict.confirmed
+        decided = None
+        if confirmed is not None:
+            decided = lifecycle.confirmed_fields(
+                confirmed.user,
+                confirmed.at,
+                confirmed.arguments_sha256,
+                confirmed.definition_sha256,
+                confirmed.basis,
+            )
         refs.append(
             lifecycle.record_started(
-                verdict.call, tool=tool, augmented=verdict.augmented, **scope.recorded
+                verdict.call,
+                tool=tool,
+                augmented=verdict.augmented,
+                decided=decided,
+                **scope.recorded,
             )
         )
 
@@ -117,6 +134,7 @@ def run_inline(
             tool_context,
             approval_text=scope.approval_text,
             count_quota=first,
+            confirmed=scope.confirmation,
         )
         with observability.tool_call(tool_call, attempt=number, **observed_as) as observed:
             verdict, result = run_gated(gate_call, run, on_start=start if first else None)

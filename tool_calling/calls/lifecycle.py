@@ -374,10 +374,12 @@ def record_started(
     assistant_message_id: int | None = None,
     run_id: Any = None,
     augmented: Mapping[str, Any] | None = None,
+    decided: Mapping[str, Any] | None = None,
 ) -> CallRef:
     """Record an in-process call as ``running`` (attempt 1) just before it runs.
 
-    ``augmented``: the values argument augmentation split from the call's arguments.
+    ``augmented``: the values argument augmentation split from the call's arguments;
+    ``decided``: the decision the call ran under, as :func:`confirmed_fields` records it.
     """
     row = _create(
         tool_call,
@@ -390,9 +392,74 @@ def record_started(
         status=S.RUNNING,
         attempt=1,
         started_at=timezone.now(),
+        **(decided or {}),
     )
     ref = CallRef(row.pk, row.tool_name, row.tool_call_id, run_id, assistant_message_id, 1)
     _started(ref)
+    return ref
+
+
+def confirmed_fields(
+    user: Any, at: datetime.datetime, arguments_sha256: str, definition_sha256: str, basis: str
+) -> dict[str, Any]:
+    """The audit of a call only its user decides, confirmed by them when asked (over MCP).
+
+    As a durable run records a confirmed call (approved, decided by the user, bound to the
+    exact arguments, the definition and the rules), with ``confirmed_by`` and ``confirmed_at``.
+    """
+    who = _user(user)
+    return {
+        "approval": models.ApprovalDecision.APPROVED,
+        "deciders": models.Deciders.USER,
+        "decided_by": who,
+        "decided_at": at,
+        "confirmed_by": who,
+        "confirmed_at": at,
+        "approved_arguments_sha256": arguments_sha256,
+        "definition_sha256": definition_sha256,
+        "decision_basis": basis,
+    }
+
+
+def record_declined(
+    tool_call: ToolCall,
+    text: str,
+    *,
+    tool: models.Tool | None,
+    user: Any,
+    definition_sha256: str,
+    basis: str,
+    conversation_id: Any = None,
+    assistant_message_id: int | None = None,
+    run_id: Any = None,
+) -> CallRef:
+    """Record a call its user declined when asked (over MCP): ``denied`` by them, never run.
+
+    As a durable run records a call its user declined; ``text`` is what the caller was told.
+    """
+    now = timezone.now()
+    row = _create(
+        tool_call,
+        tool=tool,
+        user=user,
+        conversation_id=conversation_id,
+        assistant_message_id=assistant_message_id,
+        run_id=run_id,
+        status=S.DENIED,
+        approval=models.ApprovalDecision.DENIED,
+        deciders=models.Deciders.USER,
+        decided_by=_user(user),
+        decided_at=now,
+        definition_sha256=definition_sha256,
+        decision_basis=basis,
+        result=audit_text(text, tool_name=tool_call.name, field="result"),
+        is_error=True,
+        started_at=now,
+        finished_at=now,
+        duration_ms=0,
+    )
+    ref = CallRef(row.pk, row.tool_name, row.tool_call_id, run_id, assistant_message_id, 0)
+    _finished(ref, S.DENIED, is_error=True, duration_ms=0)
     return ref
 
 

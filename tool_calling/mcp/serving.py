@@ -5,8 +5,10 @@
 groups) and whose ``tools/call`` runs through the governed manager, exactly as a call the model
 asks for in a turn: re-checked when it runs, inline or on a Celery worker per the tool's
 execution mode, audited as a ``ToolExecution`` row with the user, limited (an MCP session
-counts as one turn for ``LIMITS`` and the operators' overrides). A tool that requires approval
-answers with an error text and never runs: an MCP call cannot wait for a person.
+counts as one turn for ``LIMITS`` and the operators' overrides). A call an approver must decide
+answers with an error text and never runs: an MCP call cannot wait for a person. A call only the
+user must confirm asks the client's user (``input_required``, bound to the call: see
+:func:`_users_confirmation`) and runs, through the rest of the gate, once they confirm it.
 
 :func:`http_app` serves it over streamable HTTP (``tool_calling.asgi.with_mcp`` mounts it at
 ``/mcp/``): every request needs ``Authorization: Bearer <token>``, ``Host`` must be one of
@@ -52,6 +54,8 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from tool_calling import models
+from tool_calling.calls import gate, lifecycle
+from tool_calling.calls.executors import execution_mode
 from tool_calling.conf import settings as app_settings
 from tool_calling.core.chat.messages import (
     AssistantMessage,
@@ -67,14 +71,24 @@ from tool_calling.core.execution.limits import ToolCallLimitExceededException
 from tool_calling.core.mcp import McpHttpApp, McpToolServer, ProtectedResource
 from tool_calling.core.mcp.server import SERVER_CONTEXT_KEYS, ASGIApp
 from tool_calling.core.tools.callback import ToolCallback
+from tool_calling.core.tools.context import (
+    CLIENT_CAPABILITIES_KEY,
+    INPUT_RESPONSES_KEY,
+    REQUEST_STATE_KEY,
+    ToolContext,
+)
+from tool_calling.core.tools.result import InputRequired
 from tool_calling.governance import governed_turn
 from tool_calling.resolvers import GovernedTools
 
 __all__ = [
+    "CONFIRMATION_KEY",
+    "CONFIRMATION_SECONDS",
     "SESSIONLESS_WINDOW_SECONDS",
     "McpPrincipal",
     "approval_text",
     "authenticate",
+    "declined_text",
     "http_app",
     "insufficient_scope",
     "protected_resource",
@@ -324,12 +338,40 @@ def _call_tool(
         history = _client_history(user, session)
         call_id = f"mcp:{session}:{uuid.uuid4().hex[:12]}"
     call = ToolCall(call_id, name, json.dumps(arguments))
-    # Every rule of the gate applies, through the governed manager; a call that needs a
-    # person's approval (the code's flag or the row's) is refused in this path's own words.
+    # Every rule of the gate applies, through the governed manager; a call that needs an
+    # approver's approval is refused in this path's own words, one only the user decides asks
+    # them first (their confirmation then lets it through rule 4, for these arguments only).
     turn = governed_turn(user=user, approval_text=approval_text)
     context = {**turn.tool_context, SESSION_CONTEXT_KEY: session}
     # Set by McpToolServer, never by the client: progress, input responses, the checked state.
     context.update({key: meta[key] for key in SERVER_CONTEXT_KEYS if key in meta})
+    asked = _users_confirmation(user, call, turn, context)
+    if isinstance(asked, InputRequired):
+        return asked  # nothing ran, nothing counted: the client asks its user, then calls again
+    if isinstance(asked, _Declined):
+        lifecycle.record_declined(
+            asked.call,
+            asked.text,
+            tool=turn.manager.governed.rows.get(name),
+            user=turn.manager.user,
+            definition_sha256=asked.definition_sha256,
+            basis=asked.basis,
+        )
+        if principal.session:
+            _sessions.add(principal.session, ToolResponse(call.id, name, asked.text))
+        raise ToolFailure(asked.text)
+    if asked is not None:
+        turn.manager.confirmation = asked.confirmation
+        if asked.continuing:
+            # A later round of a confirmed call: the answers are the tool's, and so is the state.
+            if asked.tool_state is None:
+                context.pop(REQUEST_STATE_KEY, None)
+            else:
+                context[REQUEST_STATE_KEY] = asked.tool_state
+        else:
+            # The answer was for this server, not for the tool.
+            context.pop(INPUT_RESPONSES_KEY, None)
+            context.pop(REQUEST_STATE_KEY, None)
     prompt = Prompt(
         history, ToolCallingChatOptions(tool_callbacks=turn.callbacks, tool_context=context)
     )
@@ -352,7 +394,159 @@ def _call_tool(
         _sessions.add(principal.session, reply)
     if reply.is_error:
         raise ToolFailure(reply.response_data)
-    return reply.response_data
+    text = reply.response_data
+    if asked is not None and isinstance(text, InputRequired):
+        # The confirmed tool asks for input in turn: its state travels inside the confirmation's,
+        # so that its next round is still the confirmed call (and is not asked again).
+        return InputRequired(text.input_requests, request_state=asked.carrying(text.request_state))
+    return text
+
+
+CONFIRMATION_KEY = "confirm"
+"""The key of the user's confirmation among an ``input_required`` result's requests."""
+
+CONFIRMATION_SECONDS = 600
+"""How long the user's answer to a confirmation may take: an older request state asks again."""
+
+_CONFIRMATION_STATE = "tool_calling.confirmation:"  # the prefix of the request state's text
+_SUMMARY_CHARS = 300  # of the arguments, in the question
+
+
+def declined_text(name: str) -> str:
+    """What an MCP client gets for a call its user declined when asked to confirm it."""
+    return f"The user declined the call of tool {name!r}: it was not run."
+
+
+@dataclass(frozen=True)
+class _Confirmed:
+    confirmation: gate.Confirmation
+    bound: Mapping[str, str]
+    continuing: bool = False
+    """A later round of the confirmed call (the tool asked for input after it was confirmed)."""
+    tool_state: str | None = None
+    """The tool's own request state in such a round."""
+
+    def carrying(self, tool_state: str | None) -> str:
+        """The request state of the confirmed call's next round, with the tool's own."""
+        return _state({**self.bound, "confirmed": True, "inner": tool_state})
+
+
+def _state(values: Mapping[str, Any]) -> str:
+    return _CONFIRMATION_STATE + json.dumps({**values, "asked": int(time.time())})
+
+
+@dataclass(frozen=True)
+class _Declined:
+    call: ToolCall
+    text: str
+    definition_sha256: str
+    basis: str
+
+
+def _question(name: str, arguments: str) -> str:
+    summary = arguments if len(arguments) <= _SUMMARY_CHARS else arguments[:_SUMMARY_CHARS] + "…"
+    return f"Confirm: call {name} with {summary}?"
+
+
+def _users_confirmation(
+    user: Any, call: ToolCall, turn: Any, context: dict[str, Any]
+) -> InputRequired | _Declined | _Confirmed | None:
+    """Ask the client's user to confirm a call only they decide (rule 4), or read the answer.
+
+    ``None`` when the call needs no such question: nobody decides it, an approver does (the
+    governed manager refuses it: a call over MCP cannot wait), a rule before rule 4 refuses it,
+    the tool runs on a Celery worker, or the client cannot be asked (it did not declare
+    elicitation): the manager answers as without a question. Else an ``InputRequired``
+    asking (a form with one boolean), bound by its request state to the tool, the digest of
+    the exact arguments, the tool's definition and the rules that asked; on the client's next
+    call with that state (sealed by the SDK, checked before this runs) and these same things,
+    the answer: ``_Confirmed`` (the user's :class:`~tool_calling.calls.gate.Confirmation`), or
+    ``_Declined``. Another state, or one for other arguments, another tool, definition or rules,
+    or older than :data:`CONFIRMATION_SECONDS`, asks again. A confirmed tool that asks for
+    input in turn gets its answers and its own state on the next round, still confirmed.
+    """
+    name = call.name
+    callback = next((c for c in turn.callbacks if c.name == name), None)
+    if callback is None or "elicitation" not in (context.get(CLIENT_CAPABILITIES_KEY) or {}):
+        return None
+    if execution_mode(turn.manager.governed.rows.get(name)) != models.ExecutionMode.INLINE:
+        return None
+    verdict = gate.admit(
+        gate.GateCall(
+            call, callback, user, ToolContext(context), can_wait=True, through=gate.Rule.APPROVAL
+        )
+    )
+    if not verdict.awaits_approval or verdict.deciders != models.Deciders.USER:
+        return None
+    assert verdict.rules is not None  # read by rule 2
+    bound = {
+        "tool": name,
+        "arguments": gate.arguments_sha256(call.arguments),
+        "definition": verdict.rules.schema_hash,
+        "basis": verdict.basis,
+    }
+    given = _given(bound, context)
+    answer = None if given is None else given.get("confirmed") is True or _answer(context)
+    if given is None or answer is None:
+        form = {
+            "type": "object",
+            "properties": {
+                "confirm": {"type": "boolean", "title": f"Run {name}", "default": False}
+            },
+            "required": ["confirm"],
+        }
+        return InputRequired(
+            {CONFIRMATION_KEY: InputRequired.elicitation(_question(name, call.arguments), form)},
+            request_state=_state(bound),
+        )
+    if answer:
+        confirmation = gate.Confirmation(
+            user,
+            name,
+            bound["arguments"],
+            bound["definition"],
+            bound["basis"],
+            timezone.now(),
+        )
+        inner = given.get("inner")
+        return _Confirmed(
+            confirmation,
+            bound,
+            continuing=given.get("confirmed") is True,
+            tool_state=inner if isinstance(inner, str) else None,
+        )
+    return _Declined(call, declined_text(name), bound["definition"], bound["basis"])
+
+
+def _given(bound: Mapping[str, str], context: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The confirmation's state the client gave back, if it is for the call ``bound`` describes.
+
+    ``None`` (ask) for another state, one of another call, or one older than
+    :data:`CONFIRMATION_SECONDS`.
+    """
+    state = context.get(REQUEST_STATE_KEY)
+    if not isinstance(state, str) or not state.startswith(_CONFIRMATION_STATE):
+        return None
+    try:
+        given = json.loads(state[len(_CONFIRMATION_STATE) :])
+    except ValueError:
+        return None
+    if not isinstance(given, dict) or any(given.get(key) != value for key, value in bound.items()):
+        return None
+    asked = given.get("asked")
+    if not isinstance(asked, int) or not 0 <= time.time() - asked <= CONFIRMATION_SECONDS:
+        return None
+    return given
+
+
+def _answer(context: Mapping[str, Any]) -> bool | None:
+    """The user's answer to the question: yes, no, or ``None`` (none given: ask)."""
+    response = (context.get(INPUT_RESPONSES_KEY) or {}).get(CONFIRMATION_KEY)
+    if not isinstance(response, Mapping):
+        return None
+    content = response.get("content")
+    confirmed = isinstance(content, Mapping) and content.get("confirm") is True
+    return response.get("action") == "accept" and confirmed
 
 
 def request_state_keys() -> list[str]:
@@ -385,8 +579,9 @@ def tool_server() -> McpToolServer[McpPrincipal]:
         call_tool=_with_fresh_connections(_call_tool),
         name="tool_calling",
         instructions=(
-            "The tools this project's operators let you use. Calls are audited; a tool that "
-            "needs a person's approval answers with an error instead of running."
+            "The tools this project's operators let you use. Calls are audited; a call that "
+            "needs the user's confirmation asks them first, one that needs an approver's "
+            "approval answers with an error instead of running."
         ),
     )
 
