@@ -760,6 +760,16 @@ def test_e008_applies_to_flags_inside_dict_settings():
     ]
 
 
+def test_e009_a_missing_dependency_names_the_package_never_the_refused_value():
+    value = "tests.fixtures.needs_a_missing_package.FakeChatModel"
+    (error,) = run({"CHAT_MODEL": {"CLASS": value}})
+    assert error.id == "tool_calling.E009"
+    assert error.hint == (
+        f"{value!r} exists but needs the 'tool_calling_no_such_package' package, which is not "
+        "installed: pip install tool_calling_no_such_package"
+    )
+
+
 def test_e009_checks_the_exception_processor_and_accepts_an_instance():
     from tool_calling import DefaultToolExecutionExceptionProcessor
 
