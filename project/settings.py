@@ -375,7 +375,7 @@ CELERY_TIMEZONE = TIME_ZONE
 # `celery -A project beat` (docker/compose.yml). Run exactly one beat per deployment.
 CELERY_BEAT_SCHEDULE = {
     # Re-dispatches tool calls stuck before a worker took them (lost between the commit and the
-    # publish, or by the broker) and settles attempts whose worker died (CHECKLIST R3, R10).
+    # publish, or by the broker) and settles attempts whose worker died (R3, R10).
     "sweep-tool-executions": {
         "task": "tool_calling.sweep_tool_executions",
         "schedule": 30.0,

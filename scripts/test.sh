@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh all
 bash scripts/setup_browser.sh
-# --- MCP tier (tests/mcp, issue 13): Node.js, the pinned npm MCP servers, mcp-server-time -- begin
+# --- MCP tier (tests/mcp): Node.js, the pinned npm MCP servers, mcp-server-time -- begin
 bash scripts/setup_mcp.sh
 # --- MCP tier -- end ------------------------------------------------------------------------------
 
@@ -40,7 +40,7 @@ if ! bash scripts/setup_postgres.sh status >/dev/null 2>&1; then
 fi
 bash scripts/setup_postgres.sh >/dev/null
 
-# --- Celery tier (tests/celery, issue #5): real Redis and real workers -- begin ---------------
+# --- Celery tier (tests/celery): real Redis and real workers -- begin ---------------
 # Runs only with no arguments (the whole suite), in a pytest process of its own: its settings
 # (tests.settings_celery: a SQLite file shared with `celery -A project worker` processes, a
 # real broker) cannot share a process with the in-memory, eager settings of the rest. The tests
@@ -59,7 +59,7 @@ if [ $# -eq 0 ]; then
 fi
 # --- Celery tier -- end ---------------------------------------------------------------------------
 
-# --- MCP conformance (issue 13): the official suite against McpToolServer and our /mcp/ -- begin
+# --- MCP conformance: the official suite against McpToolServer and our /mcp/ -- begin
 # Runs only with no arguments (the whole suite), as a step of its own (about half a minute): the
 # @modelcontextprotocol/conformance client against the core adapter (tests/mcp/test_conformance.py)
 # and against /mcp/ of the example project's ASGI app (tests/mcp/test_django_conformance.py).

@@ -1,4 +1,4 @@
-"""Imports inside tool_calling/ run one way (STYLE rule 27), read from the source with ``ast``.
+"""Imports inside tool_calling/ run one way, read from the source with ``ast``.
 
 The Django glue is layered::
 
@@ -104,7 +104,7 @@ LAYERS = [
 # Imports allowed inside a function body: an AppConfig's ready() registers checks, receivers
 # and tasks; and the lazy imports below.
 FUNCTION_IMPORTS_ALLOWED = {
-    # Lazy heavy SDK imports (STYLE rule 27): the mcp SDK takes seconds to import and is
+    # Lazy heavy SDK imports: the mcp SDK takes seconds to import and is
     # optional, and resolvers import tool_calling.mcp.clients in every process.
     ("tool_calling.mcp.clients", "sdk"),
     # After django.setup(): the MCP endpoint reads models, which need the app registry.

@@ -956,7 +956,7 @@ class PendingApproval(ToolExecution):
         default_permissions = ()
 
 
-# --- MCP servers (issue 13) -----------------------------------------------------------------------
+# --- MCP servers ----------------------------------------------------------------------------------
 
 MCP_ALIAS_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,31}"
 """An alias or name prefix: it starts tool names, so it follows the MCP tool name rule."""

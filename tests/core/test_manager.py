@@ -411,7 +411,7 @@ def test_model_arguments_cannot_override_the_context() -> None:
     assert ran == ["acme"]
 
 
-# -- concurrency (issue item 6) ----------------------------------------------------------------
+# -- concurrency -------------------------------------------------------------------------------
 
 
 def test_a_single_call_runs_inline_in_the_callers_thread() -> None:

@@ -1,4 +1,4 @@
-"""Durable turns (issue #5 item 2): a turn driven as Celery steps, eager tier.
+"""Durable turns: a turn driven as Celery steps, eager tier.
 
 Celery runs eagerly (tests.settings), so a whole run happens inside ``start_turn``: the steps,
 and the tool-call tasks that queue the next step, run as they are published. The tests compare

@@ -1,4 +1,4 @@
-"""``tool_calling.db.backends.sqlite3``: SQLite under many threads and processes (issue 20).
+"""``tool_calling.db.backends.sqlite3``: SQLite under many threads and processes.
 
 Each test opens its own database file through Django's connection handling (never the test
 database), with a busy timeout far shorter than a writer would wait on a busy database without
