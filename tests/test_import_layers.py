@@ -4,7 +4,7 @@ The Django glue is layered::
 
     entry points (api/, admin/, management/, contrib/, asgi)
       -> tasks -> runs/ -> governance -> calls/
-      -> conversations, search, augmentation -> resolvers, repositories
+      -> conversations, search, augmentation -> resolvers, repositories, tool_state, retention
       -> calls.authorization (who may call a tool: the gate and the tool lists ask it), models
       -> conf, signals, registry, _notify, _lease, _celery, _prepared, _connections, db, audit,
          observability
@@ -63,6 +63,9 @@ LAYERS = [
     ("tool_calling.repositories", 4),
     ("tool_calling.resolvers", 4),
     ("tool_calling.sync", 4),
+    # Operators' changes to tools and the purge of expired rows: the ORM only.
+    ("tool_calling.tool_state", 4),
+    ("tool_calling.retention", 4),
     ("tool_calling.conversations", 5),
     ("tool_calling.search", 5),
     ("tool_calling.augmentation", 5),

@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
@@ -21,7 +22,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from tool_calling import models
+from tool_calling import models, tool_state
 from tool_calling.admin.dashboards import (
     OVERVIEW_URL_NAME,
     TOOL_USAGE_URL_NAME,
@@ -37,6 +38,7 @@ from tool_calling.admin.messages import (
     EXCLUDED,
     INCLUDED,
     ActionText,
+    limit_text,
 )
 from tool_calling.admin.metrics import RECENT_WINDOW, with_recent_usage
 from tool_calling.admin.scale import FastActionCheckboxMixin
@@ -124,6 +126,18 @@ class ToolLimitOverrideInline(admin.StackedInline):
         return self._tool_perm(request, "view") or self._tool_perm(request, "change")
 
 
+class ToolActionForm(ActionForm):
+    """The action bar of the tool list, with the number the "Set the calls per turn" action sets."""
+
+    # No min_value here: Django runs no action when its form is invalid, and would only say
+    # "No action selected."; the action itself refuses a number below 1, saying why.
+    max_calls_per_turn = forms.IntegerField(
+        label=_("calls per turn"),
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 1, "style": "width: 5em"}),
+    )
+
+
 @admin.register(models.Tool)
 class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
     """Tools known from code, governed by operators.
@@ -166,7 +180,9 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         "skip_approval",
         "exclude_from_limits",
         "include_in_limits",
+        "set_limit",
     )
+    action_form = ToolActionForm
     inlines = (ToolLimitOverrideInline,)
     change_list_template = "tool_calling/admin/tool/change_list.html"
     change_form_template = "tool_calling/admin/tool/change_form.html"
@@ -450,26 +466,16 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         self._require_change_permission(request)
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
-            changed = list(
-                models.Tool.objects.select_for_update()
-                .filter(pk__in=pks)
-                .exclude(**{field: value})
-                .order_by("name")
-            )
-            models.Tool.objects.filter(pk__in=[tool.pk for tool in changed]).update(
-                **{field: value, "updated_at": timezone.now()}
-            )
-            for tool in changed:
-                setattr(tool, field, value)
+            changed = tool_state.set_flag(pks, field, value)
             self._log(request, changed, text.log)
         self._report(request, text, len(changed), len(pks) - len(changed))
 
     def _report(self, request: HttpRequest, text: ActionText, changed: int, unchanged: int) -> None:
         parts = []
         if changed:
-            parts.append(text.done % {"count": changed})
+            parts.append(text.done % {"count": changed, **text.params})
         if unchanged:
-            parts.append(text.unchanged % {"count": unchanged})
+            parts.append(text.unchanged % {"count": unchanged, **text.params})
         self.message_user(request, " ".join(parts), messages.SUCCESS if changed else messages.INFO)
 
     @admin.action(permissions=["change"], description=_("Enable selected tools"))
@@ -519,44 +525,50 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
     @admin.action(permissions=["change"], description=_("Exclude selected tools from limits"))
     def exclude_from_limits(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
         """Lift the per-tool call limit (calls still count toward the total per turn)."""
-        self._require_change_permission(request)
-        pks = list(queryset.values_list("pk", flat=True))
-        with transaction.atomic():
-            tools = list(
-                models.Tool.objects.select_for_update()
-                .filter(pk__in=pks)
-                .select_related("limit_override")
-                .order_by("name")
-            )
-            new, flipped = [], []
-            for tool in tools:
-                try:
-                    override = tool.limit_override
-                except models.ToolLimitOverride.DoesNotExist:
-                    new.append(models.ToolLimitOverride(tool=tool, excluded=True))
-                    continue
-                if not override.excluded:
-                    flipped.append(tool)
-            models.ToolLimitOverride.objects.bulk_create(new)
-            models.ToolLimitOverride.objects.filter(tool__in=flipped).update(excluded=True)
-            changed = sorted([o.tool for o in new] + flipped, key=lambda tool: tool.name)
-            self._log(request, changed, EXCLUDED.log)
-        self._report(request, EXCLUDED, len(changed), len(pks) - len(changed))
+        self._set_excluded(request, queryset, True, EXCLUDED)
 
     @admin.action(permissions=["change"], description=_("Include selected tools in limits"))
     def include_in_limits(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
         """Apply the per-tool call limit again (the override's number, or the default)."""
+        self._set_excluded(request, queryset, False, INCLUDED)
+
+    def _set_excluded(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[models.Tool],
+        excluded: bool,
+        text: ActionText,
+    ) -> None:
         self._require_change_permission(request)
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
-            changed = list(
-                models.Tool.objects.select_for_update()
-                .filter(pk__in=pks, limit_override__excluded=True)
-                .order_by("name")
+            changed = tool_state.set_excluded(pks, excluded)
+            self._log(request, changed, text.log)
+        self._report(request, text, len(changed), len(pks) - len(changed))
+
+    @admin.action(
+        permissions=["change"],
+        description=_("Set the calls per turn of selected tools (blank: the default)"),
+    )
+    def set_limit(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Give the tools the per-turn limit typed beside the action; blank = ``LIMITS``'s."""
+        self._require_change_permission(request)
+        form = self.action_form(request.POST)
+        form.fields["action"].choices = self.get_action_choices(request)  # type: ignore[attr-defined]
+        limit = form.cleaned_data.get("max_calls_per_turn") if form.is_valid() else None
+        if limit is not None and limit < 1:
+            self.message_user(
+                request,
+                _("The calls per turn must be 1 or more (blank: the default)."),
+                messages.ERROR,
             )
-            models.ToolLimitOverride.objects.filter(tool__in=changed).update(excluded=False)
-            self._log(request, changed, INCLUDED.log)
-        self._report(request, INCLUDED, len(changed), len(pks) - len(changed))
+            return
+        pks = list(queryset.values_list("pk", flat=True))
+        text = limit_text(limit)
+        with transaction.atomic():
+            changed = tool_state.set_limit(pks, limit)
+            self._log(request, changed, text.log)
+        self._report(request, text, len(changed), len(pks) - len(changed))
 
 
 # -- conversations -----------------------------------------------------------------------------
