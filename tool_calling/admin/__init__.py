@@ -1,4 +1,4 @@
-"""The governance admin: tools, transcripts, the audit, approvals and MCP servers, one module each.
+"""The governance admin: tools, transcripts, the audit, approvals, runs, MCP servers: a module each.
 
 Django's admin autodiscovery imports this package; each module registers its admin.
 """
@@ -7,6 +7,7 @@ from tool_calling.admin.approvals import ApprovalQueueAdmin
 from tool_calling.admin.conversations import ConversationAdmin
 from tool_calling.admin.executions import ToolExecutionAdmin
 from tool_calling.admin.mcp import McpServerAdmin, McpServerToolAdmin
+from tool_calling.admin.runs import RunAdmin, RunEventInline
 from tool_calling.admin.tools import ToolAdmin, ToolLimitOverrideInline
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "ConversationAdmin",
     "McpServerAdmin",
     "McpServerToolAdmin",
+    "RunAdmin",
+    "RunEventInline",
     "ToolAdmin",
     "ToolExecutionAdmin",
     "ToolLimitOverrideInline",
