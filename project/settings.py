@@ -382,6 +382,13 @@ CELERY_BEAT_SCHEDULE = {
         # A sweep that waited longer than one period is dropped: the next one does its work.
         "options": {"expires": 25},
     },
+    # Deletes what TOOL_CALLING["RETENTION"] no longer keeps (nothing while its days are None),
+    # in batches of its BATCH_SIZE rows, each a short transaction of its own.
+    "purge-expired": {
+        "task": "tool_calling.purge_expired",
+        "schedule": 3600.0,
+        "options": {"expires": 3000},
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / "var" / "celerybeat-schedule")
 
@@ -406,6 +413,9 @@ TOOL_CALLING = {
     "EXECUTION": {"MODE": os.environ.get("TOOL_CALLING_EXECUTION_MODE") or "inline"},
     # TOOL_CALLING_MCP_ALLOWED_HOSTS / _ORIGINS (the security section above).
     "MCP": _MCP,
+    # What the hourly purge-expired task (CELERY_BEAT_SCHEDULE) deletes: a run's events a month
+    # after it ended, the run after three, the audit of a call after six.
+    "RETENTION": {"RUN_EVENT_DAYS": 30, "FINISHED_RUN_DAYS": 90, "AUDIT_DAYS": 180},
 }
 
 # --- OpenTelemetry (README "Observability") -----------------------------------------------

@@ -342,6 +342,12 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
     expire_after = values["APPROVALS"]["EXPIRE_AFTER"]
     if expire_after is not None and not _is_positive_int(expire_after):
         errors.append(_limit_error("APPROVALS", "EXPIRE_AFTER"))
+    retention = values["RETENTION"]
+    for key in ("AUDIT_DAYS", "RUN_EVENT_DAYS", "FINISHED_RUN_DAYS"):
+        if retention[key] is not None and not _is_positive_int(retention[key]):
+            errors.append(_limit_error("RETENTION", key))
+    if not _is_positive_int(retention["BATCH_SIZE"]):
+        errors.append(_limit_error("RETENTION", "BATCH_SIZE", allow_none=False))
     return errors
 
 
