@@ -412,7 +412,7 @@ def test_demo_mode_echoes_when_no_tool_is_named() -> None:
 
 @pytest.mark.parametrize("depth", [2_000, 100_000])
 def test_demo_mode_answers_a_message_holding_deeply_nested_json(depth: int) -> None:
-    """Issue #15: the server's thread died on it, which the app reported as a model timeout."""
+    """The server's thread used to die on it, which the app reported as a model timeout."""
     deep = '{"a": ' * depth + "1" + "}" * depth
     with ReplayServer(mode="demo") as server:
         model = model_for(server, timeout=10)
