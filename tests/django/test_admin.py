@@ -131,10 +131,13 @@ def test_changelist_shows_governance_columns(admin_client: Any) -> None:
     assert tool_admin.error_rate_24h(rows["t_excluded"]) == "-"
 
     html = response.content.decode()
-    for header in ("Enabled", "Source", "Missing from code", "Requires approval", "Limit"):
+    for header in ("Name", "Enabled", "Source", "Approval", "Limit", "Calls 24 h"):
         assert f">{header}<" in html
-    assert "Calls (24 h)" in html
-    assert "Error rate (24 h)" in html
+    # What the rate counts, in its header and in the note above the list.
+    assert ">Error rate 24 h (denials excluded)<" in html
+    assert "Calls an approver denied are not counted as errors." in html
+    # A tool gone from the code says so beside its name.
+    assert 't_excluded <span class="tc-missing">(missing from code)</span>' in html
     assert "other_app" in html
     assert ">75%<" in html
     assert ">excluded<" in html

@@ -149,12 +149,13 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
     sync with the default settings, undoing the operators' choices.
     """
 
+    # Sized for a 1280 px window with the admin's two sidebars: "missing from code" is said in
+    # the name's cell, long names and headers wrap (the change list template's styles).
     list_display = (
-        "name",
+        "name_display",
         "enabled",
         "source",
-        "missing",
-        "requires_approval",
+        "approval",
         "limit",
         "calls_24h",
         "error_rate_24h",
@@ -324,6 +325,20 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         """
         return with_recent_usage(super().get_queryset(request))
 
+    @admin.display(description=_("approval"), boolean=True, ordering="requires_approval")
+    def approval(self, obj: models.Tool) -> bool:
+        """Whether a person approves each call (the list's short header for the flag)."""
+        return obj.requires_approval
+
+    @admin.display(description=_("name"), ordering="name")
+    def name_display(self, obj: models.Tool) -> str:
+        """The name, and "missing from code" for a tool its code no longer defines."""
+        if obj.missing:
+            return format_html(
+                '{} <span class="tc-missing">({})</span>', obj.name, _("missing from code")
+            )
+        return obj.name
+
     @admin.display(description=_("limit"))
     def limit(self, obj: models.Tool) -> str:
         """The per-turn limit override: a number, "excluded" or "default"."""
@@ -337,7 +352,7 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
             return str(override.max_calls_per_turn)
         return str(_("default"))
 
-    @admin.display(description=_("calls (24 h)"), ordering="calls_24h")
+    @admin.display(description=_("calls 24 h"), ordering="calls_24h")
     def calls_24h(self, obj: models.Tool) -> str:
         """Calls of the last 24 hours, linked to their audit rows."""
         calls = getattr(obj, "calls_24h", 0)
@@ -351,9 +366,14 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         )
         return format_html('<a href="{}?{}">{}</a>', url, query, calls)
 
-    @admin.display(description=_("error rate (24 h)"), ordering="error_rate_24h")
+    @admin.display(description=_("error rate 24 h (denials excluded)"), ordering="error_rate_24h")
     def error_rate_24h(self, obj: models.Tool) -> str:
-        """Share of the last 24 hours' calls that failed, were refused or timed out."""
+        """Share of the last 24 hours' calls that failed, were refused or timed out.
+
+        Calls an approver denied are not errors (the tool did what it should: wait for a
+        person); calls refused by a limit, a rule or a disabled tool are. The list says so in
+        the column's header and in a note above it (``ERROR_STATUSES``).
+        """
         rate = getattr(obj, "error_rate_24h", None)
         if rate is None:
             return self.get_empty_value_display()
