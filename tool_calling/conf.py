@@ -220,7 +220,7 @@ DEFAULTS: dict[str, Any] = {
         # Days to keep the audit of a finished tool call (ToolExecution rows whose call ended;
         # a call still pending or running is never purged). None = keep them for ever.
         "AUDIT_DAYS": None,
-        # Days to keep the events of a run that ended (RunEvent rows; the run itself stays
+        # Days to keep the events of a run after it ended (RunEvent rows; the run itself stays
         # until FINISHED_RUN_DAYS). None = keep them as long as their run.
         "RUN_EVENT_DAYS": None,
         # Days to keep a run after it ended (succeeded, failed or cancelled), with its events.

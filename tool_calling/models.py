@@ -849,8 +849,8 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["conversation", "-created_at"], name="tc_run_conv_created"),
             models.Index(fields=["status", "-created_at"], name="tc_run_status_created"),
-            # The retention purge: ended runs by when they ended.
-            models.Index(fields=["status", "finished_at"], name="tc_run_status_finished"),
+            # The retention purge: ended runs, oldest first.
+            models.Index(fields=["finished_at"], name="tc_run_finished"),
         ]
 
     def __str__(self) -> str:
@@ -877,8 +877,6 @@ class RunEvent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "sequence"], name="tc_runevent_run_sequence")
         ]
-        # The retention purge: events by age.
-        indexes = [models.Index(fields=["created_at"], name="tc_runevent_created")]
 
     def __str__(self) -> str:
         return f"{self.run_id} #{self.sequence} {self.kind}"

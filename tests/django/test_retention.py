@@ -163,3 +163,18 @@ def test_a_retention_that_is_not_a_number_of_days_is_a_check_error(key, value):
         [error] = [e for e in check_settings() if "RETENTION" in e.msg]
     assert error.id == "tool_calling.E003"
     assert f'["RETENTION"]["{key}"]' in error.msg
+
+
+def test_runs_that_ended_at_the_same_moment_across_batches_all_lose_their_events(
+    django_user_model,
+):
+    conversation = models.Conversation.objects.create()
+    ended = days_ago(60)
+    for _ in range(5):
+        run = models.Run.objects.create(conversation=conversation, text="x", status="succeeded")
+        models.Run.objects.filter(pk=run.pk).update(finished_at=ended)
+        for sequence in (1, 2, 3):
+            models.RunEvent.objects.create(run=run, sequence=sequence, kind="k")
+    with retention_settings(RUN_EVENT_DAYS=30, BATCH_SIZE=2):
+        assert retention.purge_expired(now=NOW).run_events == 15
+    assert models.RunEvent.objects.count() == 0

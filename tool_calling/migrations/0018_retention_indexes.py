@@ -1,5 +1,4 @@
-# Indexes of the retention purge (tool_calling.retention): ended runs by when they ended,
-# run events by age.
+# The index of the retention purge (tool_calling.retention): ended runs, oldest first.
 
 from django.db import migrations, models
 
@@ -13,10 +12,6 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name='run',
-            index=models.Index(fields=['status', 'finished_at'], name='tc_run_status_finished'),
-        ),
-        migrations.AddIndex(
-            model_name='runevent',
-            index=models.Index(fields=['created_at'], name='tc_runevent_created'),
+            index=models.Index(fields=['finished_at'], name='tc_run_finished'),
         ),
     ]
