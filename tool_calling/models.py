@@ -14,6 +14,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from tool_calling._compat import check_constraint
 from tool_calling.conf import broker_visibility_timeout, hard_time_limit
 
 
@@ -204,10 +205,10 @@ class Tool(models.Model):
         ordering = ["name"]
         indexes = [models.Index(fields=["enabled", "missing"], name="tc_tool_enabled_missing")]
         constraints = [
-            models.CheckConstraint(
+            check_constraint(
                 condition=models.Q(quota_window__gte=1), name="tc_tool_quota_window_positive"
             ),
-            models.CheckConstraint(
+            check_constraint(
                 condition=models.Q(retry_backoff__gt=0), name="tc_tool_retry_backoff_positive"
             ),
         ]
@@ -294,7 +295,7 @@ class ToolLimitOverride(models.Model):
         verbose_name = _("tool limit override")
         verbose_name_plural = _("tool limit overrides")
         constraints = [
-            models.CheckConstraint(
+            check_constraint(
                 condition=models.Q(max_calls_per_turn__isnull=True)
                 | models.Q(max_calls_per_turn__gte=1),
                 name="tc_limit_positive",
@@ -1108,7 +1109,7 @@ class McpServer(models.Model):
         verbose_name_plural = _("MCP servers")
         ordering = ["alias"]
         constraints = [
-            models.CheckConstraint(
+            check_constraint(
                 condition=models.Q(timeout__gte=1), name="tc_mcpserver_timeout_positive"
             )
         ]

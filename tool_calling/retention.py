@@ -29,6 +29,7 @@ from django.db import models as db_models
 from django.utils import timezone
 
 from tool_calling import models
+from tool_calling.calls import lifecycle as calls_lifecycle
 from tool_calling.conf import settings as app_settings
 
 __all__ = ["PurgeReport", "purge_expired"]
@@ -141,7 +142,7 @@ def _detach_and_delete_events(run_ids: list[Any]) -> None:
     # What the foreign keys' on_delete would do, written as one statement each by the run ids:
     # the runs' events go (CASCADE), their calls' audit rows stay without the run (SET_NULL).
     models.RunEvent.objects.filter(run__in=run_ids).delete()  # one DELETE: nothing points to them
-    models.ToolExecution.objects.filter(run__in=run_ids).update(run=None)
+    calls_lifecycle.detach_from_runs(run_ids)
 
 
 def purge_expired(*, dry_run: bool = False, now: datetime.datetime | None = None) -> PurgeReport:

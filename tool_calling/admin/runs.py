@@ -12,7 +12,7 @@ import datetime
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.models import CHANGE
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from tool_calling import models, runs
+from tool_calling._compat import log_actions
 from tool_calling.admin.display import admin_url, clip, pretty
 from tool_calling.admin.scale import ScaledModelAdmin
 from tool_calling.conversations import ConversationBusyError
@@ -169,7 +170,7 @@ class RunAdmin(ScaledModelAdmin):
         if user_id is None:  # admin views require a logged-in user; never log anonymously
             raise PermissionDenied
         if done:
-            LogEntry.objects.log_actions(
+            log_actions(
                 user_id=user_id,
                 queryset=done,
                 action_flag=CHANGE,

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.models import CHANGE
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from tool_calling import models, tool_state
+from tool_calling._compat import log_actions
 from tool_calling.admin.dashboards import (
     OVERVIEW_URL_NAME,
     TOOL_USAGE_URL_NAME,
@@ -468,7 +469,7 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         if user_id is None:  # admin views require a logged-in user; never log anonymously
             raise PermissionDenied
         if tools:
-            LogEntry.objects.log_actions(
+            log_actions(
                 user_id=user_id,
                 queryset=tools,
                 action_flag=CHANGE,

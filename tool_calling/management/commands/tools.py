@@ -16,11 +16,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.models import CHANGE
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tool_calling import models, tool_state
+from tool_calling._compat import log_actions
 from tool_calling.core.chat.messages import AssistantMessage, ToolCall
 from tool_calling.core.chat.prompt import Prompt, ToolCallingChatOptions
 from tool_calling.core.chat.response import ChatResponse, Generation
@@ -92,7 +93,7 @@ class Command(BaseCommand):
             changed = tool_state.set_limit(pks, limit)
             what = "Limit: the default" if limit is None else f"Limit: {limit} calls per turn"
         if user is not None and changed:
-            LogEntry.objects.log_actions(
+            log_actions(
                 user_id=user.pk,
                 queryset=changed,
                 action_flag=CHANGE,

@@ -44,6 +44,8 @@ from typing import Any
 from django.db.backends.sqlite3 import base, features
 from django.utils.functional import cached_property
 
+from tool_calling._compat import DJANGO_5_1
+
 __all__ = ["DatabaseWrapper", "json_supported"]
 
 DEFAULT_TIMEOUT = 30.0
@@ -292,6 +294,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
         options.setdefault("transaction_mode", "IMMEDIATE")
         options.setdefault("timeout", DEFAULT_TIMEOUT)
         params: dict[str, Any] = super().get_connection_params()
+        if not DJANGO_5_1:
+            # Django 4.2 and 5.0 pass OPTIONS to sqlite3.connect(), which knows no
+            # transaction_mode: _start_transaction_under_autocommit() applies it instead.
+            params.pop("transaction_mode", None)
         return params
 
     @property
@@ -310,7 +316,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
             self._write_gate.enter(self._gate_timeout)
         self._holds_gate = True
         try:
-            super()._start_transaction_under_autocommit()  # type: ignore[misc]
+            if DJANGO_5_1:
+                super()._start_transaction_under_autocommit()  # type: ignore[misc]
+            else:  # what Django 5.1 does with OPTIONS["transaction_mode"]
+                mode = self.settings_dict["OPTIONS"].get("transaction_mode")
+                self.cursor().execute(f"BEGIN {mode}" if mode else "BEGIN")
         except BaseException:
             self._leave_gate()
             raise
