@@ -30,6 +30,7 @@ TEST_TOOLS = {
     "django-stubs",
     "build",
     "twine",
+    "nox",
 }
 
 
