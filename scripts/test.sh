@@ -75,9 +75,22 @@ if [ $# -eq 0 ]; then
 fi
 # --- MCP conformance -- end -----------------------------------------------------------------------
 
+# --- Older Django versions (noxfile.py): the Django tier on Django 4.2 LTS and 5.1 -- begin -----
+# Runs only with no arguments (the whole suite), after the main run below, each version in a
+# virtualenv of its own kept in .nox/ (made on the first run, about a minute each). The core tier
+# imports no Django: the main run covers it for every version.
+older_django() {
+    echo "== nox: the Django tier on Django 4.2 and 5.1 (tests/django)"
+    .venv/bin/nox -s "django(django='4.2')" "django(django='5.1')" || older_status=$?
+}
+# --- Older Django versions -- end --------------------------------------------------------------
+
 echo "== pytest"
 status=0
 .venv/bin/python -m pytest "${conformance_skip[@]}" "$@" || status=$?
+if [ $# -eq 0 ]; then
+    older_django
+fi
 if [ "${celery_status:-0}" -ne 0 ]; then
     echo "The Celery tier failed (exit ${celery_status}); see its output above." >&2
     [ "$status" -ne 0 ] || status=$celery_status
@@ -85,5 +98,9 @@ fi
 if [ "${conformance_status:-0}" -ne 0 ]; then
     echo "The MCP conformance suite failed (exit ${conformance_status}); see its output above." >&2
     [ "$status" -ne 0 ] || status=$conformance_status
+fi
+if [ "${older_status:-0}" -ne 0 ]; then
+    echo "The Django tier failed on an older Django (exit ${older_status}); see above." >&2
+    [ "$status" -ne 0 ] || status=$older_status
 fi
 exit "$status"
