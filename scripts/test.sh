@@ -15,6 +15,12 @@ echo "== ruff check"
 echo "== mypy (strict on the core, django-stubs on the rest)"
 .venv/bin/mypy tool_calling
 
+echo "== mkdocs build --strict (the documentation site: mkdocs.yml, docs/)"
+site_dir=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet -d "$site_dir"
+rm -rf "$site_dir"
+echo "the documentation site builds"
+
 echo "== docker compose config"
 # tests/test_docker.py always checks docker/compose.yml with PyYAML; docker-compose (Debian's
 # 1.29) also validates it against the compose schema when it is available or installable.

@@ -31,6 +31,8 @@ TEST_TOOLS = {
     "build",
     "twine",
     "nox",
+    "mkdocs",
+    "mkdocs-material",
 }
 
 
