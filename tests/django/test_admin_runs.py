@@ -89,6 +89,10 @@ def test_the_list_filters_by_state_and_by_age(admin_client: Any, alice: Any, scr
     assert listed(admin_client, age="24h") == sorted([str(failed.pk), str(queued.pk)])
     assert listed(admin_client, age="older30d") == [str(old.pk)]
     assert listed(admin_client, age="older7d", status="queued") == [str(old.pk)]
+    # Found by its id or its conversation's, exactly; any other text finds nothing.
+    assert listed(admin_client, q=str(failed.pk)) == [str(failed.pk)]
+    assert listed(admin_client, q=str(queued.conversation_id)) == [str(queued.pk)]
+    assert listed(admin_client, q="not-an-id") == []
 
 
 def test_a_run_shows_its_events_in_order_escaped(admin_client: Any, alice: Any, script: Any):
