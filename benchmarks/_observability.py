@@ -1,4 +1,4 @@
-"""The cost of tool_calling.observability (issue 14), for benchmarks/turn.py and dispatch.py.
+"""The cost of tool_calling.observability, for benchmarks/turn.py and dispatch.py.
 
 Four setups, each measured in a process of its own (a process has one global OpenTelemetry
 setup), each against its own baseline timed in the same process, round-robin:

@@ -33,7 +33,7 @@ on ``TC_PG_PORT``). Each database runs in its own child process.
     python benchmarks/admin.py [--postgres URL|auto] [--rows 1000000] [--repeats 5]
                                [--explain] [--json PATH] [--strict]
 
-Target (issue 16): every page answers within 300 ms on SQLite and on PostgreSQL.
+Target: every page answers within 300 ms on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Benchmark (CHECKLIST S3): how long rejecting bad tool arguments takes, 10 MB strings included.
+"""Benchmark (S3): how long rejecting bad tool arguments takes, 10 MB strings included.
 
 A benchmark, not a test: it prints a Markdown table and a PASS/FAIL line for the checklist's
 target (every rejection under 50 ms), and exits 0 unless it crashes (``--strict`` also exits 1

@@ -31,7 +31,7 @@ and dropped afterwards).
     bash benchmarks/run.sh celery_calls [--postgres URL|auto] [--calls 200] [--tp-calls 100]
                                         [--profile] [--json PATH] [--strict]
 
-Targets (issue 10): ours p50 <= raw Celery p50 + 1 ms, p99 <= 10 ms, throughput with two worker
+Targets: ours p50 <= raw Celery p50 + 1 ms, p99 <= 10 ms, throughput with two worker
 processes >= 60% of raw Celery's, on each database; and (an earlier issue's) the batch of 8
 within 1.5x of a single call.
 """

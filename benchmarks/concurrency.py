@@ -47,7 +47,7 @@ answers.
         [--delay 1.0] [--sleep-calls 1000] [--timeout 300] [--postgres URL|auto]
         [--json PATH] [--keep] [--strict]
 
-Targets (issue 20): 100 turns on SQLite all succeed, wall <= 2x the ideal (2 x D), message
+Targets: 100 turns on SQLite all succeed, wall <= 2x the ideal (2 x D), message
 accepted p99 <= 250 ms, peak RSS of the main job <= 1 GB; 500 turns on PostgreSQL all succeed
 within 1.5x the simulator's floor of the same run; the sleeping calls all end within 3 s of the
 first send, the workers' peak RSS <= 1 GB.
@@ -95,7 +95,7 @@ MESSAGE = "What's the weather in Oslo?"
 SLEEP_TOOL = "bench_sleep"
 SLEEP_SECONDS = 1.0
 SLEEP_WITHIN = 3.0
-"""Seconds from the first send within which every sleeping call must end (issue 20)."""
+"""Seconds from the first send within which every sleeping call must end."""
 GB = 1024**3
 TARGET_WALL_IDEAL = 2.0
 TARGET_ACCEPT_P99 = 0.250

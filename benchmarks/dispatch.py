@@ -55,7 +55,7 @@ from tool_calling import (  # noqa: E402
     tool_callbacks,
 )
 
-# The targets of the issue ("Core hot path: a tool call cheaper than the fastest peer's fastest
+# The targets ("Core hot path: a tool call cheaper than the fastest peer's fastest
 # path, and flat in the number of tools"), all judged against rows measured in the same run.
 TARGET_OVERHEAD_US = 3.0  # one validated add() through execute_tool_calls, minus the direct call
 TARGET_MANY_TOOLS_RATIO = 1.2  # the same call with 502 tools offered / with one tool offered
@@ -369,7 +369,7 @@ def our_paths(many: list[Any]) -> list[Path_]:
     ]
 
 
-# -- observability (issue 14): begin --------------------------------------------------------
+# -- observability: begin ------------------------------------------------------------------
 
 
 def observability_paths() -> list[Path_]:
@@ -398,7 +398,7 @@ def observability_paths() -> list[Path_]:
     ]  # fmt: skip
 
 
-# -- observability (issue 14): end ----------------------------------------------------------
+# -- observability: end --------------------------------------------------------------------
 
 
 def baseline_paths() -> list[Path_]:
@@ -994,7 +994,7 @@ def main(argv: list[str] | None = None) -> int:
         "a few minutes): the same on a busy machine as on an idle one",
     )
     parser.add_argument("--instructions-child", metavar="PATH", help=argparse.SUPPRESS)
-    # -- observability (issue 14): begin ----------------------------------------------------
+    # -- observability: begin --------------------------------------------------------------
     parser.add_argument(
         "--observability",
         action="store_true",
@@ -1009,7 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
         from _observability import table
 
         return table("dispatch", repeats=max(args.repeats, 15), min_time=args.min_time)
-    # -- observability (issue 14): end ------------------------------------------------------
+    # -- observability: end ----------------------------------------------------------------
 
     started = time.perf_counter()
     # Definitions first, so "first time" is the first time this process decorates these tools.
@@ -1124,7 +1124,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
 
-    # -- targets (from the issue; every figure from this run)
+    # -- targets (every figure from this run)
     results: list[tuple[str, bool]] = []
     ours = by_key["ours.add"].us_per_call
     overhead = ours - direct["add"]

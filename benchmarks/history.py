@@ -32,7 +32,7 @@ is imported.
     python benchmarks/history.py [--postgres URL|auto] [--turns 20] [--sizes 10,100,1000,10000]
                                  [--profile] [--profile-size N] [--json PATH] [--strict]
 
-Targets (issue 10): at most 14 statements per turn besides transaction control; framework time
+Targets: at most 14 statements per turn besides transaction control; framework time
 at most 20x its floor; flat with history (10,000 stored messages within 1.1x of 10). When a
 target is missed (or with ``--profile``) one size is profiled: the statements of one turn with
 their times and plans, and the functions where the time goes.

@@ -348,7 +348,7 @@ def agents_paths() -> list[Turn]:
     ]  # fmt: skip
 
 
-# -- observability (issue 14): begin --------------------------------------------------------
+# -- observability: begin ------------------------------------------------------------------
 
 
 def observability_paths() -> list[Turn]:
@@ -383,7 +383,7 @@ def observability_paths() -> list[Turn]:
     ]  # fmt: skip
 
 
-# -- observability (issue 14): end ----------------------------------------------------------
+# -- observability: end --------------------------------------------------------------------
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="also cProfile our turn and print the top functions"
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    # -- observability (issue 14): begin ----------------------------------------------------
+    # -- observability: begin --------------------------------------------------------------
     parser.add_argument(
         "--observability",
         action="store_true",
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         from _observability import table
 
         return table("turn", repeats=max(args.repeats, 15), min_time=args.min_time)
-    # -- observability (issue 14): end ------------------------------------------------------
+    # -- observability: end ----------------------------------------------------------------
 
     started = time.perf_counter()
     paths = our_paths() + pydantic_ai_paths() + agents_paths()

@@ -400,12 +400,19 @@ CELERY_TIMEZONE = TIME_ZONE
 # `celery -A project beat` (docker/compose.yml). Run exactly one beat per deployment.
 CELERY_BEAT_SCHEDULE = {
     # Re-dispatches tool calls stuck before a worker took them (lost between the commit and the
-    # publish, or by the broker) and settles attempts whose worker died (CHECKLIST R3, R10).
+    # publish, or by the broker) and settles attempts whose worker died (R3, R10).
     "sweep-tool-executions": {
         "task": "tool_calling.sweep_tool_executions",
         "schedule": 30.0,
         # A sweep that waited longer than one period is dropped: the next one does its work.
         "options": {"expires": 25},
+    },
+    # Deletes what TOOL_CALLING["RETENTION"] no longer keeps (nothing while its days are None),
+    # in batches of its BATCH_SIZE rows, each a short transaction of its own.
+    "purge-expired": {
+        "task": "tool_calling.purge_expired",
+        "schedule": 3600.0,
+        "options": {"expires": 3000},
     },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / "var" / "celerybeat-schedule")
@@ -431,6 +438,9 @@ TOOL_CALLING = {
     "EXECUTION": {"MODE": os.environ.get("TOOL_CALLING_EXECUTION_MODE") or "inline"},
     # TOOL_CALLING_MCP_ALLOWED_HOSTS / _ORIGINS (the security section above).
     "MCP": _MCP,
+    # What the hourly purge-expired task (CELERY_BEAT_SCHEDULE) deletes: a run's events a month
+    # after it ended, the run after three, the audit of a call after six.
+    "RETENTION": {"RUN_EVENT_DAYS": 30, "FINISHED_RUN_DAYS": 90, "AUDIT_DAYS": 180},
 }
 
 # --- OpenTelemetry (README "Observability") -----------------------------------------------

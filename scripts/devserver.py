@@ -407,7 +407,8 @@ def start_replay_server(sup: Supervisor, var: Path, env: dict[str, str]) -> str:
     """Start the scripted OpenAI-compatible server; return its base URL (ending in /v1)."""
     port = free_port()
     argv = [PYTHON, "-m", "tool_calling.testing.server", "--mode", "demo", "--port", str(port)]
-    argv += ["--host", "127.0.0.1"]
+    # The demo streams its answers word by word; a short pause between words shows it.
+    argv += ["--host", "127.0.0.1", "--chunk-delay", "0.03"]
     sup.start(
         "replay server", argv, env=env, log=var / "log" / "replay.log", stop_signal=signal.SIGINT
     )

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh all
 bash scripts/setup_browser.sh
-# --- MCP tier (tests/mcp, issue 13): Node.js, the pinned npm MCP servers, mcp-server-time -- begin
+# --- MCP tier (tests/mcp): Node.js, the pinned npm MCP servers, mcp-server-time -- begin
 bash scripts/setup_mcp.sh
 # --- MCP tier -- end ------------------------------------------------------------------------------
 
@@ -14,6 +14,12 @@ echo "== ruff check"
 
 echo "== mypy (strict on the core, django-stubs on the rest)"
 .venv/bin/mypy tool_calling
+
+echo "== mkdocs build --strict (the documentation site: mkdocs.yml, docs/)"
+site_dir=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet -d "$site_dir"
+rm -rf "$site_dir"
+echo "the documentation site builds"
 
 echo "== docker compose config"
 # tests/test_docker.py always checks docker/compose.yml with PyYAML; docker-compose (Debian's
@@ -40,7 +46,7 @@ if ! bash scripts/setup_postgres.sh status >/dev/null 2>&1; then
 fi
 bash scripts/setup_postgres.sh >/dev/null
 
-# --- Celery tier (tests/celery, issue #5): real Redis and real workers -- begin ---------------
+# --- Celery tier (tests/celery): real Redis and real workers -- begin ---------------
 # Runs only with no arguments (the whole suite), in a pytest process of its own: its settings
 # (tests.settings_celery: a SQLite file shared with `celery -A project worker` processes, a
 # real broker) cannot share a process with the in-memory, eager settings of the rest. The tests
@@ -59,7 +65,7 @@ if [ $# -eq 0 ]; then
 fi
 # --- Celery tier -- end ---------------------------------------------------------------------------
 
-# --- MCP conformance (issue 13): the official suite against McpToolServer and our /mcp/ -- begin
+# --- MCP conformance: the official suite against McpToolServer and our /mcp/ -- begin
 # Runs only with no arguments (the whole suite), as a step of its own (about half a minute): the
 # @modelcontextprotocol/conformance client against the core adapter (tests/mcp/test_conformance.py)
 # and against /mcp/ of the example project's ASGI app (tests/mcp/test_django_conformance.py).
@@ -77,9 +83,22 @@ if [ $# -eq 0 ]; then
 fi
 # --- MCP conformance -- end -----------------------------------------------------------------------
 
+# --- Older Django versions (noxfile.py): the Django tier on Django 4.2 LTS and 5.1 -- begin -----
+# Runs only with no arguments (the whole suite), after the main run below, each version in a
+# virtualenv of its own kept in .nox/ (made on the first run, about a minute each). The core tier
+# imports no Django: the main run covers it for every version.
+older_django() {
+    echo "== nox: the Django tier on Django 4.2 and 5.1 (tests/django)"
+    .venv/bin/nox -s "django(django='4.2')" "django(django='5.1')" || older_status=$?
+}
+# --- Older Django versions -- end --------------------------------------------------------------
+
 echo "== pytest"
 status=0
 .venv/bin/python -m pytest "${conformance_skip[@]}" "$@" || status=$?
+if [ $# -eq 0 ]; then
+    older_django
+fi
 if [ "${celery_status:-0}" -ne 0 ]; then
     echo "The Celery tier failed (exit ${celery_status}); see its output above." >&2
     [ "$status" -ne 0 ] || status=$celery_status
@@ -87,5 +106,9 @@ fi
 if [ "${conformance_status:-0}" -ne 0 ]; then
     echo "The MCP conformance suite failed (exit ${conformance_status}); see its output above." >&2
     [ "$status" -ne 0 ] || status=$conformance_status
+fi
+if [ "${older_status:-0}" -ne 0 ]; then
+    echo "The Django tier failed on an older Django (exit ${older_status}); see above." >&2
+    [ "$status" -ne 0 ] || status=$older_status
 fi
 exit "$status"

@@ -1,4 +1,4 @@
-"""STYLE rule 1: the core (and the package root) imports without Django, settings or a database."""
+"""Two layers: the core (and the package root) imports without Django, settings or a database."""
 
 from __future__ import annotations
 

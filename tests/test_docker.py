@@ -284,7 +284,7 @@ def test_requirements_include_the_postgres_driver():
     assert re.search(r"^psycopg(\[binary\])?==", runtime, re.M)
 
 
-# -- safe defaults (issue #15) -------------------------------------------------------------------
+# -- safe defaults ----------------------------------------------------------------------------
 
 
 def test_compose_refuses_to_start_without_a_secret_key(services):

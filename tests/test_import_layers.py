@@ -1,13 +1,13 @@
-"""Imports inside tool_calling/ run one way (STYLE rule 27), read from the source with ``ast``.
+"""Imports inside tool_calling/ run one way, read from the source with ``ast``.
 
 The Django glue is layered::
 
     entry points (api/, admin/, management/, contrib/, asgi)
-      -> tasks -> runs/ -> governance -> calls/
-      -> conversations, search, augmentation -> resolvers, repositories
+      -> tasks -> retention -> runs/ -> governance -> calls/
+      -> conversations, search, augmentation -> resolvers, repositories, tool_state
       -> calls.authorization (who may call a tool: the gate and the tool lists ask it), models
       -> conf, signals, registry, _notify, _lease, _celery, _prepared, _connections, db, audit,
-         observability
+         observability, _compat
       -> exceptions -> core/
 
 A module imports only its own layer or lower ones, no import runs in a circle, and no import of
@@ -41,6 +41,7 @@ LAYERS = [
     ("tool_calling._prepared", 2),
     ("tool_calling._connections", 2),
     ("tool_calling.db", 2),
+    ("tool_calling._compat", 2),
     ("tool_calling.cache", 2),
     ("tool_calling.observability", 2),
     # Inside observability, one way: names and the SDK adapter, the scope, content and metrics,
@@ -63,6 +64,8 @@ LAYERS = [
     ("tool_calling.repositories", 4),
     ("tool_calling.resolvers", 4),
     ("tool_calling.sync", 4),
+    # Operators' changes to tools: the ORM only.
+    ("tool_calling.tool_state", 4),
     ("tool_calling.conversations", 5),
     ("tool_calling.search", 5),
     ("tool_calling.augmentation", 5),
@@ -92,6 +95,8 @@ LAYERS = [
     ("tool_calling.runs.steps", 8.2),
     ("tool_calling.runs.receivers", 8.2),
     ("tool_calling.runs.sweeper", 8.2),
+    # The purge of expired rows: the calls' lifecycle unlinks the audit of deleted runs.
+    ("tool_calling.retention", 8.5),
     ("tool_calling.tasks", 9),
     ("tool_calling.mcp.serving", 9.5),
     ("tool_calling.api", 10),
@@ -106,7 +111,7 @@ LAYERS = [
 # Imports allowed inside a function body: an AppConfig's ready() registers checks, receivers
 # and tasks; and the lazy imports below.
 FUNCTION_IMPORTS_ALLOWED = {
-    # Lazy heavy SDK imports (STYLE rule 27): the mcp SDK takes seconds to import and is
+    # Lazy heavy SDK imports: the mcp SDK takes seconds to import and is
     # optional, and resolvers import tool_calling.mcp.clients in every process.
     ("tool_calling.mcp.clients", "sdk"),
     # After django.setup(): the MCP endpoint reads models, which need the app registry.

@@ -1,4 +1,4 @@
-"""The example project logs each refused request once (issue #15: every 4xx was logged twice).
+"""The example project logs each refused request once (every 4xx used to be logged twice).
 
 Django configures its own ``django`` logger first (``DEFAULT_LOGGING``: a console handler that
 writes while ``DEBUG`` is on); a project ``LOGGING`` that sends the root logger to the console as

@@ -1,4 +1,4 @@
-"""The example project's OpenTelemetry (issue 22 item 7): OTLP export when the environment asks.
+"""The example project's OpenTelemetry: OTLP export when the environment asks.
 
 Each case runs the project's own settings in a subprocess (as every web, worker and command
 process loads them) with one environment, against a real OTLP/HTTP receiver (tests/_otlp.py).

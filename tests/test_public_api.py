@@ -1,4 +1,4 @@
-"""The package root is the contract (DESIGN.md §3, STYLE rule 2): names, signatures, constants."""
+"""The package root is the contract: names, signatures, constants."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import tool_calling
 from tool_calling import exceptions
 
-# DESIGN.md §3 "Defining tools".
+# Defining tools.
 DEFINING_TOOLS = [
     "tool",
     "ToolParam",
@@ -25,7 +25,7 @@ DEFINING_TOOLS = [
     "ToolCallResultConverter",
 ]
 
-# DESIGN.md §3 "Executing tools".
+# Executing tools.
 EXECUTING_TOOLS = [
     "Message",
     "SystemMessage",
@@ -61,7 +61,7 @@ EXECUTING_TOOLS = [
 def test_all_is_the_public_surface() -> None:
     """__all__ lists exactly the public non-module names of the package root.
 
-    STYLE rule 2's snippet, over ``dir()`` so that names the package loads lazily (through a
+    Over ``dir()`` so that names the package loads lazily (through a
     module ``__getattr__``) count too; submodules become attributes once loaded, so they are
     skipped.
     """
@@ -169,7 +169,7 @@ def test_tool_decorator_signature() -> None:
         ("description", KW, None),
         ("return_direct", KW, False),
         ("result_converter", KW, None),
-        # Issue 6: the "@tool option" of approval gates, after the contract's keywords.
+        # The approval gate's @tool option, after the contract's keywords.
         ("requires_approval", KW, False),
         # What MCP clients are shown (never sent to the model), after them.
         ("title", KW, None),
@@ -226,7 +226,7 @@ def test_tool_call_limits_defaults() -> None:
 
 
 def test_options_objects_are_keyword_only() -> None:
-    """STYLE rule 17: options objects take keywords only."""
+    """Options objects take keywords only."""
     with pytest.raises(TypeError):
         tool_calling.ToolCallLimits(40)  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -290,7 +290,7 @@ def test_prompt_and_response_accessors() -> None:
     assert response.metadata == {}
 
 
-# -- DESIGN.md §7: McpToolCallbackProvider, loaded lazily (issue 13) -----------------------------
+# -- McpToolCallbackProvider, loaded lazily ------------------------------------------------------
 
 
 def test_mcp_provider_is_exported_from_the_root() -> None:
@@ -324,7 +324,7 @@ def test_the_root_imports_without_the_mcp_sdk_and_names_the_install_command() ->
     )
 
 
-# DESIGN.md §7 (second wave): tool search and argument augmentation.
+# Tool search and argument augmentation.
 SECOND_WAVE = [
     "ToolIndex",
     "LexicalToolIndex",

@@ -1,4 +1,4 @@
-"""The requirements: runtime apart from the test tools, both pinned (issue #15).
+"""The requirements: runtime apart from the test tools, both pinned.
 
 The main job (scripts/run.sh) and the Docker image install requirements/runtime.txt only; the
 test suite installs requirements.txt, which names both files. scripts/_venv.sh keeps one stamp
@@ -28,6 +28,11 @@ TEST_TOOLS = {
     "ruff",
     "mypy",
     "django-stubs",
+    "build",
+    "twine",
+    "nox",
+    "mkdocs",
+    "mkdocs-material",
 }
 
 

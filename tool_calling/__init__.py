@@ -1,6 +1,6 @@
 """tool_calling: LLM tool calling with governance for Django projects.
 
-The names below are the public contract (DESIGN.md §3). They are all pure Python: importing
+The names below are the public contract. They are all pure Python: importing
 ``tool_calling`` never imports Django, so it works without configured settings. Django-backed
 classes (models, the database resolver, the memory repository) live in their own modules.
 ``OpenAIChatModel`` and ``McpToolCallbackProvider`` are loaded on first use: their SDKs

@@ -350,6 +350,12 @@ def _check_limits(values: Mapping[str, Any]) -> list[CheckMessage]:
     expire_after = values["APPROVALS"]["EXPIRE_AFTER"]
     if expire_after is not None and not _is_positive_int(expire_after):
         errors.append(_limit_error("APPROVALS", "EXPIRE_AFTER"))
+    retention = values["RETENTION"]
+    for key in ("AUDIT_DAYS", "RUN_EVENT_DAYS", "FINISHED_RUN_DAYS"):
+        if retention[key] is not None and not _is_positive_int(retention[key]):
+            errors.append(_limit_error("RETENTION", key))
+    if not _is_positive_int(retention["BATCH_SIZE"]):
+        errors.append(_limit_error("RETENTION", "BATCH_SIZE", allow_none=False))
     return errors
 
 
@@ -402,6 +408,29 @@ def _closest_import_path(path: str) -> str | None:
     return ".".join([*parts[:index], matches[0], *parts[index + 1 :]]) if matches else None
 
 
+def _import_hint(value: str, exc: Exception, *, allow_none: bool) -> str:
+    """What to do about a dotted path that failed to import.
+
+    A module the path itself names that is missing gets a "Did you mean" (never the refused
+    value itself); a missing module *inside* an existing one is a dependency to install.
+    """
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ModuleNotFoundError):
+        cause = cause.__cause__  # e.g. the provider's "needs the 'openai' package" ImportError
+    missing = cause.name if isinstance(cause, ModuleNotFoundError) else None
+    if missing and not value.startswith(missing + ".") and value != missing:
+        return (
+            f"{value!r} exists but needs the {missing.split('.')[0]!r} package, which is not "
+            f"installed: pip install {missing.split('.')[0]}"
+        )
+    closest = _closest_import_path(value)
+    if closest and closest != value:
+        return f"Did you mean {closest!r}?"
+    return "Use the dotted path of a callable, e.g. 'myproject.audit.redact'" + (
+        ", or None." if allow_none else "."
+    )
+
+
 def _check_dotted(
     keys: tuple[object, ...], value: Any, *, allow_none: bool, instance_of: type | None = None
 ) -> list[CheckMessage]:
@@ -421,17 +450,11 @@ def _check_dotted(
     try:
         imported = import_string(value)
     except Exception as exc:  # a module that fails on import is a bad path, not a crash
-        closest = _closest_import_path(value)
         return [
             Error(
                 f"The value of '{path}' must be an importable dotted path; {value!r} could "
                 f"not be imported ({type(exc).__name__}: {exc}).",
-                hint=(
-                    f"Did you mean {closest!r}?"
-                    if closest
-                    else "Use the dotted path of a callable, e.g. 'myproject.audit.redact'"
-                    + (", or None." if allow_none else ".")
-                ),
+                hint=_import_hint(value, exc, allow_none=allow_none),
                 id="tool_calling.E009",
             )
         ]

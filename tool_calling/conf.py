@@ -215,6 +215,21 @@ DEFAULTS: dict[str, Any] = {
     # applied to a call's "arguments", "result" and "error" before they are stored in the
     # audit, then cut to AUDIT_MAX_CHARS (mask secrets there). None = store them as they are.
     "AUDIT_REDACTOR": None,
+    # --- Retention (tool_calling.retention: manage.py purge_expired, the purge_expired task) -
+    "RETENTION": {
+        # Days to keep the audit of a finished tool call (ToolExecution rows whose call ended;
+        # a call still pending or running is never purged). None = keep them for ever.
+        "AUDIT_DAYS": None,
+        # Days to keep the events of a run after it ended (RunEvent rows; the run itself stays
+        # until FINISHED_RUN_DAYS). None = keep them as long as their run.
+        "RUN_EVENT_DAYS": None,
+        # Days to keep a run after it ended (succeeded, failed or cancelled), with its events.
+        # Its conversation and messages stay; its audit rows stay until AUDIT_DAYS. None = keep.
+        "FINISHED_RUN_DAYS": None,
+        # Rows deleted per statement: each batch is a transaction of its own, so writers wait
+        # at most one batch for the tables (SQLite's one writer, PostgreSQL's row locks).
+        "BATCH_SIZE": 1000,
+    },
     # --- Observability (tool_calling.observability) -----------------------------------------
     # spring.ai.tools.observations.include-content: put tool arguments and results and the
     # messages of model calls on OpenTelemetry spans, redacted by AUDIT_REDACTOR and cut to

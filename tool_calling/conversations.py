@@ -1,7 +1,7 @@
 """Stored conversations during a turn: the claim that serialises turns, and the turn's memory.
 
 A turn claims its conversation (one conditional UPDATE) for as long as it runs, so two turns
-never interleave their messages (CHECKLIST R9). While it holds the claim, the turn is the only
+never interleave their messages (R9). While it holds the claim, the turn is the only
 writer of the conversation's messages, so its memory (:class:`TurnLog`) reads the window once,
 keeps it, and appends each message with a single INSERT at the next sequence number; the
 unique ``(conversation, sequence)`` constraint still guards against anyone writing past the

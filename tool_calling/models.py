@@ -15,6 +15,7 @@ from django.db import models
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
+from tool_calling._compat import check_constraint
 from tool_calling.conf import broker_visibility_timeout, hard_time_limit
 
 
@@ -241,10 +242,10 @@ class Tool(models.Model):
         ordering = ["name"]
         indexes = [models.Index(fields=["enabled", "missing"], name="tc_tool_enabled_missing")]
         constraints = [
-            models.CheckConstraint(
+            check_constraint(
                 condition=models.Q(quota_window__gte=1), name="tc_tool_quota_window_positive"
             ),
-            models.CheckConstraint(
+            check_constraint(
                 condition=models.Q(retry_backoff__gt=0), name="tc_tool_retry_backoff_positive"
             ),
         ]
@@ -331,7 +332,7 @@ class ToolLimitOverride(models.Model):
         verbose_name = _("tool limit override")
         verbose_name_plural = _("tool limit overrides")
         constraints = [
-            models.CheckConstraint(
+            check_constraint(
                 condition=models.Q(max_calls_per_turn__isnull=True)
                 | models.Q(max_calls_per_turn__gte=1),
                 name="tc_limit_positive",
@@ -934,6 +935,8 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["conversation", "-created_at"], name="tc_run_conv_created"),
             models.Index(fields=["status", "-created_at"], name="tc_run_status_created"),
+            # The retention purge: ended runs, oldest first.
+            models.Index(fields=["finished_at"], name="tc_run_finished"),
         ]
 
     def __str__(self) -> str:
@@ -1184,7 +1187,7 @@ class DecisionPolicy(models.Model):
             raise ValidationError(errors)
 
 
-# --- MCP servers (issue 13) -----------------------------------------------------------------------
+# --- MCP servers ----------------------------------------------------------------------------------
 
 MCP_ALIAS_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,31}"
 """An alias or name prefix: it starts tool names, so it follows the MCP tool name rule."""
@@ -1354,7 +1357,7 @@ class McpServer(models.Model):
         verbose_name_plural = _("MCP servers")
         ordering = ["alias"]
         constraints = [
-            models.CheckConstraint(
+            check_constraint(
                 condition=models.Q(timeout__gte=1), name="tc_mcpserver_timeout_positive"
             )
         ]

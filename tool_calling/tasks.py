@@ -2,7 +2,8 @@
 
 ``execute_tool_call`` runs one tool call (``calls.worker``), ``run_step`` advances a durable
 run (``runs.steps``), ``sweep_tool_executions`` recovers lost calls and runs (run it every
-30-60 s with Celery beat). The database, not the broker, is the record: a task carries only a
+30-60 s with Celery beat), ``purge_expired`` deletes what ``RETENTION`` no longer keeps (beat,
+e.g. hourly). The database, not the broker, is the record: a task carries only a
 row's id, and a redelivered or duplicated task finds its work claimed or done and does nothing.
 """
 
@@ -22,6 +23,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without Celery i
 
 from django.db import close_old_connections
 
+from tool_calling import retention
 from tool_calling._connections import give_back
 from tool_calling.calls import deadlines, sweeper, worker
 from tool_calling.calls.dispatch import EXECUTE_TOOL_CALL, RUN_STEP
@@ -146,3 +148,13 @@ def sweep_tool_executions() -> dict[str, int]:
     report = sweeper.sweep().as_dict()
     run_sweeper.sweep_runs()
     return report
+
+
+@shared_task(name="tool_calling.purge_expired", ignore_result=True)
+def purge_expired() -> dict[str, int]:
+    """Delete the run events, runs and audit rows past ``TOOL_CALLING["RETENTION"]``.
+
+    Returns:
+        How many rows of each kind were deleted.
+    """
+    return retention.purge_expired().as_dict()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser._browser import admin_page, artifacts_dir, sync_api
+from tests.browser._browser import admin_page, artifacts_dir, screenshot, sync_api
 from tool_calling import models
 from tool_calling.core.providers.openai import OpenAIChatModel
 from tool_calling.governance import governed_chat_client
@@ -44,7 +44,7 @@ def disable_in_admin(base_url: str, tool_name: str, artifacts: Path) -> str:
     with admin_page(base_url, artifacts) as page:
         page.goto(f"{base_url}/admin/tool_calling/tool/")
         row = page.locator("#result_list tbody tr").filter(
-            has=page.locator("th.field-name", has_text=tool_name)
+            has=page.locator("th.field-name_display", has_text=tool_name)
         )
         sync_api.expect(row).to_have_count(1)
         row.locator("input.action-select").check()
@@ -55,7 +55,7 @@ def disable_in_admin(base_url: str, tool_name: str, artifacts: Path) -> str:
         sync_api.expect(success).to_have_count(1)
         message = success.inner_text()
         disabled_row = page.locator("#result_list tbody tr").filter(
-            has=page.locator("th.field-name", has_text=tool_name)
+            has=page.locator("th.field-name_display", has_text=tool_name)
         )
         sync_api.expect(disabled_row.locator("td.field-enabled img")).to_have_attribute(
             "alt", "False"
@@ -84,3 +84,36 @@ def test_disabling_a_tool_in_the_admin_removes_it_from_the_next_turn(
     assert models.Tool.objects.get(name="get_weather").enabled is False
     assert "get_weather" not in after
     assert after == before - {"get_weather"}
+
+
+def test_the_tool_list_fits_1280_pixels_and_says_what_its_error_rate_counts(
+    live_server: Any, django_user_model: Any, request: pytest.FixtureRequest
+) -> None:
+    """At 1280 px (the test viewport) the tool list needs no sideways scrolling."""
+    sync_tools()
+    for number in range(12):  # long names, as MCP tools have (server alias + tool name)
+        models.Tool.objects.create(
+            name=f"crm_server__search_customer_accounts_by_region_{number}",
+            source="mcp:crm_server",
+        )
+    django_user_model.objects.create_superuser(
+        "operator", "operator@example.com", "correct horse battery staple"
+    )
+    artifacts = artifacts_dir(request.node.name)
+    with admin_page(live_server.url, artifacts) as page:
+        page.goto(f"{live_server.url}/admin/tool_calling/tool/")
+        page.wait_for_selector("#result_list")
+        # The page, and the table inside its own scrolling box (Django's .results).
+        overflow = page.evaluate(
+            """() => Math.max(
+                document.documentElement.scrollWidth - document.documentElement.clientWidth,
+                ...[...document.querySelectorAll('#changelist .results')].map(
+                    (box) => box.scrollWidth - box.clientWidth))"""
+        )
+        header = page.locator("#result_list th.column-error_rate_24h").inner_text()
+        note = page.locator("#tool-list-note").inner_text()
+        screenshot(page, "tool-list-1280", artifacts, full_page=False)
+
+    assert overflow <= 0, f"the tool list is {overflow} px wider than the window"
+    assert "denials excluded" in header.lower()
+    assert "Error rate" in note and "denied" in note

@@ -1,4 +1,4 @@
-"""The HTTP API end to end (issue #6 item 5): uvicorn, real workers, Redis, the replay model.
+"""The HTTP API end to end: uvicorn, real workers, Redis, the replay model.
 
 A client creates a conversation, posts a message and follows the run's Server-Sent Events to the
 answer; an approval-gated tool is approved through the API on one turn and denied on the next,

@@ -1,5 +1,5 @@
 """MCP in real processes: a remote tool run by a Celery worker, /mcp/ of the example project
-served by uvicorn, and ``manage.py mcp_serve`` over stdio (issue 13 items 3 and 4).
+served by uvicorn, and ``manage.py mcp_serve`` over stdio.
 
 The worker resolves the MCP tool from its ``Tool`` row like any other (``installed_callback``)
 and opens its own session with the server; the web process's ``/mcp/`` and ``mcp_serve`` read

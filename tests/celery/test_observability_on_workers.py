@@ -1,4 +1,4 @@
-"""One trace per turn across processes (issue 14): a durable run on real workers.
+"""One trace per turn across processes: a durable run on real workers.
 
 The test process is the web request (its spans in memory); every pool process of the workers
 exports its spans to a file (tests/celery/toolsapp/apps.py). The run's steps and its tool call

@@ -1,4 +1,4 @@
-"""One trace per turn, web and workers, as an OTLP receiver gets it (issue 22 item 7).
+"""One trace per turn, web and workers, as an OTLP receiver gets it.
 
 The example project's own OpenTelemetry set-up (project/telemetry.py, read from the environment
 by its settings; project/asgi.py's span per request) runs in a uvicorn web server and a Celery

@@ -67,7 +67,7 @@ def test_a_run_completes_on_workers_with_every_message_once():
 
 
 def test_a_run_on_workers_adds_the_tokens_the_model_reported_to_the_overview():
-    """The admin overview's tokens per day come from what the model reported (issue 22 item 2).
+    """The admin overview's tokens per day come from what the model reported.
 
     The workers call the model through the real openai SDK; the replay server reports 52 + 56
     prompt and 2 + 9 completion tokens for the turn's two calls.

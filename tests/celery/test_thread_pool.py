@@ -1,4 +1,4 @@
-"""Tool calls and durable runs on a thread pool (``celery worker -P threads``): issue 20.
+"""Tool calls and durable runs on a thread pool (``celery worker -P threads``).
 
 The I/O worker of the main job runs turns and tool calls in threads, hundreds in one process. A
 thread cannot be killed, so these tests hold it to what the prefork pool gives: calls wait side

@@ -1,4 +1,4 @@
-"""Tool search and argument augmentation on real Celery workers (issue 11, Django).
+"""Tool search and argument augmentation on real Celery workers (Django).
 
 A durable run whose every step is a task on a worker finds a tool with ``tool_search`` (run in
 the step, on the worker) and calls it on a worker; what it found is read back from the

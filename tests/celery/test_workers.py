@@ -1,4 +1,4 @@
-"""Tool calls on real Celery workers over a real Redis (issue #5 items 1 and 3).
+"""Tool calls on real Celery workers over a real Redis.
 
 Governed turns in this process send their calls to two ``celery -A project worker`` processes
 (prefork, two children each) and wait for them; the tools record every run in files, so the

@@ -1,4 +1,4 @@
-"""Bad input never crashes a turn (issue #2 item 5; S3, S19, R8).
+"""Bad input never crashes a turn (S3, S19, R8).
 
 Each test states what must hold. Unless the contract says a case raises, the model gets a short
 ``is_error=True`` response telling it what was wrong, the tool does not run, and the other calls

@@ -1,4 +1,4 @@
-"""ToolCallback, FunctionToolCallback, ToolContext, tool_callbacks() and providers (issue #2, 3).
+"""ToolCallback, FunctionToolCallback, ToolContext, tool_callbacks() and providers.
 
 No ``from __future__ import annotations`` here: some tools use types local to a test.
 """

@@ -618,7 +618,7 @@ def test_tool_calls_are_executed_with_the_models_arguments() -> None:
 
 
 def test_prompt_takes_the_user_text_by_the_contract_keyword() -> None:
-    """DESIGN.md: ``client.prompt(text=None)``."""
+    """The documented signature: ``client.prompt(text=None)``."""
     from tool_calling import ChatClient
     from tool_calling.testing import ScriptedChatModel, text
 

@@ -1,4 +1,4 @@
-"""ToolCallResultConverter: what the model reads for what a tool returns (issue #2, 3)."""
+"""ToolCallResultConverter: what the model reads for what a tool returns."""
 
 import dataclasses
 import datetime

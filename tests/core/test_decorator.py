@@ -1,4 +1,4 @@
-"""The @tool decorator: defaults, options, eager validation, and a spec built once (issue #2, 3).
+"""The @tool decorator: defaults, options, eager validation, and a spec built once.
 
 No ``from __future__ import annotations`` here: the tools below use types local to the tests.
 """
@@ -453,7 +453,7 @@ def test_unsupported_return_types_are_rejected() -> None:
 
 
 def test_every_unsupported_parameter_is_named_in_one_message() -> None:
-    """STYLE rule 20: all problems of one definition are collected and raised once."""
+    """All problems of one definition are collected and raised once."""
 
     def f(  # noqa: ANN001 - an unannotated parameter on purpose
         callback: Callable[[int], int],

@@ -1,4 +1,4 @@
-"""DefaultToolExecutionExceptionProcessor: its four rules, in order (issue #2, item 4)."""
+"""DefaultToolExecutionExceptionProcessor: its four rules, in order."""
 
 from __future__ import annotations
 

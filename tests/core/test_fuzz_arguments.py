@@ -1,4 +1,4 @@
-"""Hypothesis over tool-argument text (issue #15, "Fuzz"; CHECKLIST S3): never a crash.
+"""Hypothesis over tool-argument text (S3, strict argument validation): never a crash.
 
 Whatever the model sends as a call's arguments (JSON of every shape, nesting far deeper than
 Python's parser goes, long strings, ``NaN``, ``Infinity`` and huge numbers, duplicate keys,
@@ -202,7 +202,7 @@ def test_strict_tool_calls_raise_tool_arguments_error(text: str | None) -> None:
 
 @pytest.mark.parametrize("text", EXAMPLES)
 def test_the_named_cases_are_refused(text: str) -> None:
-    """The cases issue #15 names are errors (none of them is a valid call of ``ship``)."""
+    """The classic bad inputs are errors (none of them is a valid call of ``ship``)."""
     RAN.clear()
     with pytest.raises(ToolArgumentsError):
         SHIP.call(text)

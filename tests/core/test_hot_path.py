@@ -1,4 +1,4 @@
-"""The fast paths of a tool call give exactly what the general ones give (issue #12).
+"""The fast paths of a tool call give exactly what the general ones give.
 
 A single in-process call skips the per-job lists of the general path; a tool list keeps its index
 by name until it changes; a batch runs on the caller's thread with pool helpers joining it; limits
@@ -391,7 +391,7 @@ def test_helpers_never_exceed_the_bound() -> None:
 def reference_breaches(
     limits: ToolCallLimits, earlier: list[str], names: list[str]
 ) -> list[tuple[str | None, int] | None]:
-    """The rule of DESIGN.md, literally: count each call, then check per tool, then the total."""
+    """The documented rule, literally: count each call, then check per tool, then the total."""
     counts = {n: earlier.count(n) for n in set(earlier)}
     total = len(earlier)
     found: list[tuple[str | None, int] | None] = []

@@ -1,4 +1,4 @@
-"""ToolCallLimits: validation, per-turn counting, both behaviours (issue #2 item 4; S7)."""
+"""ToolCallLimits: validation, per-turn counting, both behaviours (S7)."""
 
 from __future__ import annotations
 

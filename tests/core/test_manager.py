@@ -1,6 +1,6 @@
 """DefaultToolCallingManager: resolution, lookup, history, return-direct, concurrency, strict mode.
 
-Issue #2 items 4 and 6; S1 (exact lookup, no fallback), S5 (server-side context), R8 (one
+S1 (exact lookup, no fallback), S5 (server-side context), R8 (one
 response per call, in order, failures included). Concurrency is proven with barriers and
 counters, never with timing.
 """
@@ -411,7 +411,7 @@ def test_model_arguments_cannot_override_the_context() -> None:
     assert ran == ["acme"]
 
 
-# -- concurrency (issue item 6) ----------------------------------------------------------------
+# -- concurrency -------------------------------------------------------------------------------
 
 
 def test_a_single_call_runs_inline_in_the_callers_thread() -> None:

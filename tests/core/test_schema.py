@@ -1,4 +1,4 @@
-"""JSON Schemas from type hints, and their OpenAI strict-mode form (issue #2, item 3).
+"""JSON Schemas from type hints, and their OpenAI strict-mode form.
 
 The strict-mode oracle is ``openai.pydantic_function_tool`` applied to a pydantic model that is
 equivalent to the tool's signature. One difference is intended and tested on its own: a tool

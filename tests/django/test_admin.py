@@ -131,10 +131,13 @@ def test_changelist_shows_governance_columns(admin_client: Any) -> None:
     assert tool_admin.error_rate_24h(rows["t_excluded"]) == "-"
 
     html = response.content.decode()
-    for header in ("Enabled", "Source", "Missing from code", "Requires approval", "Limit"):
+    for header in ("Name", "Enabled", "Source", "Approval", "Limit", "Calls 24 h"):
         assert f">{header}<" in html
-    assert "Calls (24 h)" in html
-    assert "Error rate (24 h)" in html
+    # What the rate counts, in its header and in the note above the list.
+    assert ">Error rate 24 h (denials excluded)<" in html
+    assert "Calls an approver denied are not counted as errors." in html
+    # A tool gone from the code says so beside its name.
+    assert 't_excluded <span class="tc-missing">(missing from code)</span>' in html
     assert "other_app" in html
     assert ">75%<" in html
     assert ">excluded<" in html
@@ -322,6 +325,50 @@ def test_exclude_from_limits_creates_or_flips_the_override(
     assert tool_log_entries(gamma) == []
 
 
+def test_set_limit_sets_the_number_typed_beside_the_action_and_blank_restores_the_default(
+    admin_client: Any, tools: dict[str, models.Tool]
+) -> None:
+    alpha, beta, gamma = tools["t_alpha"], tools["t_beta"], tools["t_gamma"]
+    models.ToolLimitOverride.objects.create(tool=beta, max_calls_per_turn=5)
+    models.ToolLimitOverride.objects.create(tool=gamma, excluded=True)
+    selected = [t.pk for t in (alpha, beta, gamma)]
+
+    response = admin_client.post(
+        TOOLS_URL,
+        {"action": "set_limit", "_selected_action": selected, "max_calls_per_turn": "5"},
+        follow=True,
+    )
+
+    assert page_messages(response) == [
+        "2 tools now allow 5 calls per turn. 1 tool already allowed 5 calls per turn."
+    ]
+    admin_view = django_admin.site._registry[models.Tool]
+    assert [admin_view.limit(models.Tool.objects.get(pk=t.pk)) for t in (alpha, beta, gamma)] == [
+        "5",
+        "5",
+        "5",
+    ]
+    [entry] = tool_log_entries(gamma)
+    assert entry.get_change_message() == "Limit: 5 calls per turn (bulk action)."
+    assert tool_log_entries(beta) == []
+
+    response = admin_client.post(
+        TOOLS_URL,
+        {"action": "set_limit", "_selected_action": [alpha.pk], "max_calls_per_turn": ""},
+        follow=True,
+    )
+    assert page_messages(response) == ["1 tool is back to the default limit."]
+    assert not models.ToolLimitOverride.objects.filter(tool=alpha).exists()
+
+    response = admin_client.post(
+        TOOLS_URL,
+        {"action": "set_limit", "_selected_action": [beta.pk], "max_calls_per_turn": "0"},
+        follow=True,
+    )
+    assert page_messages(response) == ["The calls per turn must be 1 or more (blank: the default)."]
+    assert models.ToolLimitOverride.objects.get(tool=beta).max_calls_per_turn == 5
+
+
 def test_include_in_limits_clears_the_exclusion(
     admin_client: Any, tools: dict[str, models.Tool]
 ) -> None:
@@ -393,6 +440,7 @@ def test_staff_without_change_tool_cannot_run_the_actions(
         "skip_approval",
         "exclude_from_limits",
         "include_in_limits",
+        "set_limit",
     ],
 )
 def test_each_action_refuses_a_request_without_change_permission(
@@ -452,6 +500,7 @@ def test_staff_with_change_tool_can_run_the_actions(
         "skip_approval",
         "exclude_from_limits",
         "include_in_limits",
+        "set_limit",
     ]
     assert page_messages(response) == ["Disabled 1 tool."]
     assert models.Tool.objects.get(pk=tools["t_alpha"].pk).enabled is False

@@ -526,3 +526,24 @@ def test_the_overview_counts_todays_decisions_by_kind_and_their_median_wait(
         "1 denied or declined, 1 expired.</dd>"
     ) in html
     assert '<dd id="tc-median-wait">90 s</dd>' in html
+
+
+def test_the_overview_writes_every_day_one_way(admin_client: Any) -> None:
+    """Title, captions, summaries and table rows: "Fri 4 Dec 2026", never another spelling."""
+    conversation = models.Conversation.objects.create()
+    write_runs(conversation, {"succeeded": 1}, days_ago=0)
+    write_answers(conversation, {days: [{"prompt_tokens": 10 + days}] for days in range(14)})
+    html = admin_client.get(OVERVIEW_URL).content.decode()
+    text = re.sub(r"<[^>]+>", " ", html)
+    weekday = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\w*"
+    month = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\w*\.?"
+    # Any day written in prose or tables (not the charts' "4 Dec" tick labels, which follow
+    # a bar's title in the full form).
+    written = re.findall(
+        rf"{weekday},? \d{{1,2}} {month}(?: \d{{4}})?|{month} \d{{1,2}}, \d{{4}}", text
+    )
+    today = timezone.localdate()
+    assert f"{today:%a} {today.day} {today:%b %Y}" in written
+    assert written and all(
+        re.fullmatch(r"[A-Z][a-z]{2} \d{1,2} [A-Z][a-z]{2} \d{4}", d) for d in written
+    )

@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tool_calling import models
+from tool_calling._compat import DJANGO_5_0
 from tool_calling.admin import ToolExecutionAdmin
 from tool_calling.admin.scale import CappedCountPaginator
 
@@ -163,9 +164,10 @@ def test_no_list_offers_counts_per_filter_choice(admin_client: Any) -> None:
     """Django's "Show counts" (facets) counts every choice over the whole table: not offered."""
     executions_at(at(2025, 1, 1))
     for url in (EXECUTIONS_URL, CONVERSATIONS_URL):
-        response, _queries = get(admin_client, url, {"_facets": "True"})
+        # Django 4.2 has no facets, and refuses the parameter as an unknown filter.
+        response, _queries = get(admin_client, url, {"_facets": "True"} if DJANGO_5_0 else {})
         assert "Show counts" not in response.content.decode()
-        assert response.context["cl"].add_facets is False
+        assert getattr(response.context["cl"], "add_facets", False) is False
 
 
 def test_the_tool_filter_lists_the_tool_table_and_filters_any_name(admin_client: Any) -> None:

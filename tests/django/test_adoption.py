@@ -1,4 +1,4 @@
-"""What a new project meets on its first message through the API (issue 22 item 4).
+"""What a new project meets on its first message through the API.
 
 Turns started through the API run as Celery tasks, whatever ``EXECUTION["MODE"]`` says about
 tool calls. Without Celery, or with a Celery app that has no broker, the first message is a 503

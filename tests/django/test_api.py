@@ -1,4 +1,4 @@
-"""The REST API (issue #6 item 1): tools, conversations, turns and runs over DRF.
+"""The REST API: tools, conversations, turns and runs over DRF.
 
 Celery runs eagerly (tests.settings), so a turn started through the API has run by the time the
 POST answers; tests that need a run still queued patch ``runs.lifecycle.publish``. The model is a
@@ -426,7 +426,7 @@ def test_a_conversation_with_a_running_turn_cannot_be_deleted(alice, script):
     assert models.Conversation.objects.filter(pk=conversation.pk).exists()
 
 
-# -- who sees what (CHECKLIST S14) ----------------------------------------------------------------
+# -- who sees what (S14) -------------------------------------------------------------------------
 
 
 def test_another_users_conversations_and_runs_answer_404(alice, bob, script):
@@ -612,7 +612,7 @@ def test_token_authentication(alice, script):
 
 
 def test_session_authenticated_unsafe_requests_need_the_csrf_token(alice):
-    """CHECKLIST S15."""
+    """S15: session authentication without the CSRF token is refused."""
     client = APIClient(enforce_csrf_checks=True)
     client.force_login(alice)
     assert client.get(url("conversation-list")).status_code == 200

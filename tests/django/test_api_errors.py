@@ -1,4 +1,4 @@
-"""What the API answers to bad requests (issue #15): always JSON with a ``detail``, never a 5xx.
+"""What the API answers to bad requests: always JSON with a ``detail``, never a 5xx.
 
 The bodies and parameters here are those a new user and an attacker sent: bare JSON values,
 numbers where text belongs, bodies over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, look-alike digits in

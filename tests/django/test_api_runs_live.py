@@ -1,4 +1,4 @@
-"""The API's live side (issue #6 items 2-3): run events (JSON polling and SSE), approvals, retry.
+"""The API's live side: run events (JSON polling and SSE), approvals, retry.
 
 Celery runs eagerly (tests.settings) and there is no Redis here, so the event stream falls back
 to reading the database every second; tests/celery/test_api_end_to_end.py covers uvicorn, a real

@@ -1,4 +1,4 @@
-"""Approval gates (issue #6 item 3), eager tier: runs pause, people decide, runs go on.
+"""Approval gates, eager tier: runs pause, people decide, runs go on.
 
 Celery runs eagerly (tests.settings): an approved call runs as it is dispatched (on commit) and
 the step that follows it runs too, so each decision below returns with the run moved on.

@@ -1,4 +1,4 @@
-"""Argument augmentation in governed turns (issue 11, Django): why the model called a tool.
+"""Argument augmentation in governed turns (Django): why the model called a tool.
 
 Per tool (the admin's "ask why it is called") or for every tool (``ARGUMENT_AUGMENTATION``),
 the model fills in extra fields on each call; the values are stored on the call's

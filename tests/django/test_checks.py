@@ -14,7 +14,7 @@ ACCEPTED_KEYS = (
     "API, APPROVALS, ARGUMENT_AUGMENTATION, AUDIT_MAX_CHARS, AUDIT_REDACTOR, CHAT_MODEL, "
     "CONVERSATION_TURN_TIMEOUT, EXCEPTION_PROCESSOR, EXECUTION, LIMITS, MAX_RESULT_CHARS, MCP, "
     "MEMORY_MAX_MESSAGES, NEW_TOOLS_ENABLED, OBSERVATIONS_INCLUDE_CONTENT, "
-    "RESOLUTION_FALLBACK_ENABLED, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
+    "RESOLUTION_FALLBACK_ENABLED, RETENTION, STRICT_TOOL_CALLS, THROW_EXCEPTION_ON_ERROR, "
     "TOOL_CALLING_ADVISOR_AUTO_REGISTER, TOOL_SEARCH"
 )
 REDACTOR = """TOOL_CALLING["AUDIT_REDACTOR"]"""
@@ -758,6 +758,16 @@ def test_e008_applies_to_flags_inside_dict_settings():
             id="tool_calling.E008",
         )
     ]
+
+
+def test_e009_a_missing_dependency_names_the_package_never_the_refused_value():
+    value = "tests.fixtures.needs_a_missing_package.FakeChatModel"
+    (error,) = run({"CHAT_MODEL": {"CLASS": value}})
+    assert error.id == "tool_calling.E009"
+    assert error.hint == (
+        f"{value!r} exists but needs the 'tool_calling_no_such_package' package, which is not "
+        "installed: pip install tool_calling_no_such_package"
+    )
 
 
 def test_e009_checks_the_exception_processor_and_accepts_an_instance():

@@ -6,6 +6,7 @@ import re
 from io import StringIO
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 from django.test import override_settings
@@ -75,6 +76,61 @@ def test_tools_list_shows_state_source_approval_and_limit(extra_tool):
         "retired                          missing    old              no        default",
         "whoami                           not synced",
     ]
+
+
+# --- tools enable / disable / limit -------------------------------------------------------------
+
+
+def limits():
+    return {
+        o.tool.name: (o.max_calls_per_turn, o.excluded)
+        for o in models.ToolLimitOverride.objects.select_related("tool")
+    }
+
+
+def test_tools_enable_and_disable_change_only_what_differs_and_say_so():
+    models.Tool.objects.filter(name="get_weather").update(enabled=False)
+
+    out, _ = run("tools", "disable", "get_weather", "add_numbers")
+    assert out == "add_numbers: disabled\nget_weather: unchanged\n"
+    assert not models.Tool.objects.filter(name__in=["get_weather", "add_numbers"], enabled=True)
+
+    out, _ = run("tools", "enable", "get_weather")
+    assert out == "get_weather: enabled\n"
+    assert models.Tool.objects.get(name="get_weather").enabled is True
+    assert LogEntry.objects.count() == 0  # no --user: nobody to record it as
+
+
+def test_tools_limit_sets_a_number_the_default_or_none_and_records_the_user():
+    admin = User.objects.create_user("ops")
+
+    assert run("tools", "limit", "add_numbers", "get_weather", "3", "--user", "ops")[0] == (
+        "add_numbers: limit: 3 calls per turn\nget_weather: limit: 3 calls per turn\n"
+    )
+    assert limits() == {"add_numbers": (3, False), "get_weather": (3, False)}
+    assert run("tools", "limit", "add_numbers", "none")[0] == (
+        "add_numbers: excluded from per-tool limits\n"
+    )
+    assert run("tools", "limit", "get_weather", "default")[0] == "get_weather: limit: the default\n"
+    assert limits() == {"add_numbers": (3, True)}
+    entries = LogEntry.objects.filter(user=admin).order_by("object_repr")
+    assert [(e.object_repr, e.change_message) for e in entries] == [
+        ("add_numbers", "Limit: 3 calls per turn (manage.py tools)."),
+        ("get_weather", "Limit: 3 calls per turn (manage.py tools)."),
+    ]
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many", "1.5"])
+def test_tools_limit_refuses_a_value_that_is_not_a_limit(value):
+    with pytest.raises(CommandError, match="must be a number of calls per turn"):
+        run("tools", "limit", "add_numbers", value)
+    assert limits() == {}
+
+
+def test_tools_changes_nothing_when_a_name_is_unknown():
+    with pytest.raises(CommandError, match="No tool named 'get_wether'"):
+        run("tools", "disable", "add_numbers", "get_wether")
+    assert models.Tool.objects.get(name="add_numbers").enabled is True
 
 
 def test_tools_list_without_tools():

@@ -1,4 +1,4 @@
-"""Hypothesis over the API's request bodies (issue #15, "Fuzz"): never a 5xx, a crash or a hang.
+"""Hypothesis over the API's request bodies: never a 5xx, a crash or a hang.
 
 Every operation that takes a body gets bytes a client could send: JSON of every shape (bare
 values included), nesting far deeper than Python's parser goes, strings up to past
@@ -188,7 +188,7 @@ def test_no_body_makes_the_api_fail(world, operation):
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(body=raw_bodies, encoding=encodings, content_type=content_types)
-    # The cases issue #15 names, whatever Hypothesis draws besides.
+    # The classic bad inputs, whatever Hypothesis draws besides.
     @example(body="5", encoding="utf-8", content_type="application/json")
     @example(body="null", encoding="utf-8", content_type="application/json")
     @example(body="[" * 100_000 + "]" * 100_000, encoding="utf-8", content_type="application/json")

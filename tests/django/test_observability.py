@@ -1,4 +1,4 @@
-"""tool_calling.observability with the OpenTelemetry SDK's in-memory exporters (issue 14).
+"""tool_calling.observability with the OpenTelemetry SDK's in-memory exporters.
 
 Spans (names, kinds, parents, attributes, errors), the GenAI metrics, the trace of a durable run
 across its steps, the trace context in Celery headers, log fields, ``turn_finished``, the

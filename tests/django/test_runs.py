@@ -1,4 +1,4 @@
-"""Durable turns (issue #5 item 2): a turn driven as Celery steps, eager tier.
+"""Durable turns: a turn driven as Celery steps, eager tier.
 
 Celery runs eagerly (tests.settings), so a whole run happens inside ``start_turn``: the steps,
 and the tool-call tasks that queue the next step, run as they are published. The tests compare
@@ -288,7 +288,7 @@ def test_a_second_turn_while_a_run_holds_the_conversation_is_refused(alice, scri
 
 
 def test_redis_down_at_start_saves_the_message_and_a_failed_run_that_can_be_retried(alice, script):
-    """Item 5: a clear error, nothing lost, the run retried completes."""
+    """The broker down at the start: a clear error, nothing lost, the run retried completes."""
     script(*ONE_ROUND)
     conversation = models.Conversation.objects.create(owner=alice)
     with mock.patch.object(
@@ -332,7 +332,7 @@ def test_a_step_delivered_again_does_nothing_once_the_run_ended(alice, script):
 
 
 def test_a_worker_restarted_between_steps_continues_without_rerunning_tools(alice, script):
-    """Item 5: every message exactly once, every finished tool run once."""
+    """Every message exactly once, every finished tool run once."""
     script(*ONE_ROUND)
     conversation = models.Conversation.objects.create(owner=alice)
     # The calls ran on workers and ended, but the step they queued was lost with its worker.

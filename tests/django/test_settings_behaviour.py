@@ -1,4 +1,4 @@
-"""Settings that the governed paths read: changing each one changes what happens (STYLE rule 28).
+"""Settings that the governed paths read: changing each one changes what happens.
 
 CHAT_MODEL chooses the model of every governed path (no patching), API PERMISSION_CLASSES the
 permissions of every API view, LIMITS MAX_TOOL_ROUNDS the round guard of in-process turns and

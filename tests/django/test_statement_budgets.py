@@ -2,7 +2,7 @@
 
 Counted: every SQL statement besides transaction control (BEGIN, COMMIT, SAVEPOINT, RELEASE,
 ROLLBACK), as ``(verb, table)``. A new statement on one of these paths fails its test until the
-list says why it is needed. Issue 10's budget for a stored turn with one tool round is 14.
+list says why it is needed. The budget for a stored turn with one tool round is 14.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The admin overview's tokens per day, from what the model reported (issue 22 item 2).
+"""The admin overview's tokens per day, from what the model reported.
 
 The real openai SDK talks over HTTP to the replay server, which reports each answer's token
 counts; nothing here writes ``Message.usage``. A turn of two model calls reports 52 + 56 = 108

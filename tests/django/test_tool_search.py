@@ -1,4 +1,4 @@
-"""Tool search in governed turns (issue 11, Django): settings, admin fields, finds per conversation.
+"""Tool search in governed turns (Django): settings, admin fields, finds per conversation.
 
 The model is a ``ScriptedChatModel``; each test reads what each model call was offered from
 the prompts it received (``offered``). Turns are narrowed with ``tool_names`` to the tools of

@@ -1,5 +1,5 @@
 """The production setup on this machine: what docker/compose.yml and the Dockerfile run, with the
-environment they give the web service (issue 22 item 3).
+environment they give the web service.
 
 Docker is not needed: the image's ``collectstatic`` step, the web service's command (collectstatic,
 migrate, the superuser, uvicorn serving ``project.asgi``) and its health check run here as they
@@ -136,7 +136,7 @@ def test_check_deploy_finds_nothing_with_the_compose_defaults():
 
 
 def test_without_the_proxy_variables_check_deploy_names_what_they_fix():
-    """The four warnings of issue 22, each fixed by one of the DJANGO_SECURE_* variables."""
+    """The four deployment warnings, each fixed by one of the DJANGO_SECURE_* variables."""
     env = {**machine_env(), **dockerfile_env()}
     env |= service_environment("web", {"DJANGO_SECRET_KEY": SECRET_KEY})
     for name in (

@@ -370,7 +370,8 @@ def test_demo_mode_fills_arguments_from_the_words_of_the_message() -> None:
     assert total.result.output.tool_calls == [ToolCall("call_2", "add", '{"a":2,"b":40}')]
 
 
-def test_demo_mode_summarises_tool_results() -> None:
+def test_demo_mode_answers_tool_results_in_sentences() -> None:
+    weather = '{"city": "Oslo", "temperature": 12, "unit": "celsius", "conditions": "rainy"}'
     prompt = Prompt(
         [
             UserMessage("get_weather and get_time for Oslo"),
@@ -383,20 +384,26 @@ def test_demo_mode_summarises_tool_results() -> None:
             ),
             ToolResponseMessage(
                 [
-                    ToolResponse("call_1", "get_weather", "Sunny, 21C"),
-                    ToolResponse("call_2", "get_time", "14:05"),
+                    ToolResponse("call_1", "get_weather", weather),
+                    ToolResponse("call_2", "get_time", "2026-12-04T14:05:00+01:00"),
                 ]
             ),
         ]
     )
     with ReplayServer(mode="demo") as server:
         response = model_for(server).call(prompt)
+        chunks = list(model_for(server).stream(prompt))
 
     assert response.result is not None
     assert response.result.output.text == (
-        "Here is what the tools returned: get_weather: Sunny, 21C; get_time: 14:05"
+        "In Oslo it is rainy and 12 °C. It is 14:05 on Friday 4 December 2026 in Europe/Oslo."
     )
     assert response.result.finish_reason == "stop"
+    # Streamed word by word: one chunk per word (and its trailing space).
+    pieces = [c.result.output.text for c in chunks if c.result and c.result.output.text]
+    assert "".join(pieces) == response.result.output.text
+    assert pieces[:4] == ["In ", "Oslo ", "it ", "is "]
+    assert all(len(piece.split()) == 1 for piece in pieces)
 
 
 def test_demo_mode_echoes_when_no_tool_is_named() -> None:
@@ -412,7 +419,7 @@ def test_demo_mode_echoes_when_no_tool_is_named() -> None:
 
 @pytest.mark.parametrize("depth", [2_000, 100_000])
 def test_demo_mode_answers_a_message_holding_deeply_nested_json(depth: int) -> None:
-    """Issue #15: the server's thread died on it, which the app reported as a model timeout."""
+    """The server's thread used to die on it, which the app reported as a model timeout."""
     deep = '{"a": ' * depth + "1" + "}" * depth
     with ReplayServer(mode="demo") as server:
         model = model_for(server, timeout=10)

@@ -1,4 +1,4 @@
-"""McpToolCallbackProvider against real servers nobody here wrote (issue 13 items 1 and 5).
+"""McpToolCallbackProvider against real servers nobody here wrote.
 
 @modelcontextprotocol/server-everything (Node, the TypeScript SDK) over stdio and streamable
 HTTP, and mcp-server-time (PyPI, the Python SDK's 1.x generation) over stdio in its own

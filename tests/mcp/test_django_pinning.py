@@ -1,5 +1,5 @@
 """S18: remote tools are hash-pinned, namespaced by alias, never shadow local ones, and their
-annotations are never trusted (issue 13 item 2).
+annotations are never trusted.
 
 The faults of the checklist are injected with a real MCP server whose tool list the test
 rewrites between syncs (tests/mcp/paged_server.py, on the official SDK) and with

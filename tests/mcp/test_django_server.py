@@ -1,5 +1,5 @@
 """Our governed tools at ``/mcp/`` of the example project's ASGI app, driven by the official
-``mcp`` client (issue 13 items 4 and 5; S17).
+``mcp`` client (S17).
 
 The app is ``tool_calling.asgi.with_mcp(get_asgi_application())``, as project/asgi.py builds
 it, under uvicorn on a thread (lifespan on). Users authenticate with DRF tokens; what they list

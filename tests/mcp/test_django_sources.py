@@ -1,4 +1,4 @@
-"""MCP servers nobody here wrote as governed tool sources (issue 13 items 2, 3 and 5).
+"""MCP servers nobody here wrote as governed tool sources.
 
 @modelcontextprotocol/server-everything (stdio and streamable HTTP) and mcp-server-time are
 configured as ``McpServer`` rows, synced into ``Tool`` rows, enabled as an operator would, and

@@ -1,5 +1,5 @@
 """What crosses the MCP boundary, without a server: names, pin hashes, _meta, result text, and
-argument errors worded like local tools' (issue 13 item 1)."""
+argument errors worded like local tools'."""
 
 from __future__ import annotations
 

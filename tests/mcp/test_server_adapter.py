@@ -1,4 +1,4 @@
-"""McpToolServer driven by the official ``mcp`` client (issue 13 items 4 and 5; S17).
+"""McpToolServer driven by the official ``mcp`` client (S17).
 
 The server runs under uvicorn on a thread (lifespan on, as the SDK's session manager needs);
 clients are the SDK's ``ClientSession`` over ``streamable_http_client`` and plain HTTP requests

@@ -1,4 +1,4 @@
-"""A result a server sends as structured content plus a text copy is read once (issue 22).
+"""A result a server sends as structured content plus a text copy is read once.
 
 The official SDK's ``MCPServer`` (tests/mcp/structured_server.py, as most Python servers are
 written) sends both, as the MCP specification recommends. A 40 kB file reached the model as

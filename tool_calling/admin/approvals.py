@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.models import CHANGE
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from tool_calling import models
+from tool_calling._compat import log_actions
 from tool_calling.admin.display import admin_url, conversation_link, pretty
 from tool_calling.admin.forms import DecisionForm, DenyForm, editable_arguments, same_arguments
 from tool_calling.admin.messages import (
@@ -162,7 +163,7 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
         user_id = request.user.pk
         if user_id is None:  # admin views require a logged-in user; never log anonymously
             raise PermissionDenied
-        LogEntry.objects.log_actions(
+        log_actions(
             user_id=user_id,
             queryset=list(models.ToolExecution.objects.filter(pk=execution_id)),
             action_flag=CHANGE,

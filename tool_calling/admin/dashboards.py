@@ -83,6 +83,11 @@ def _ms(value: int | None) -> str:
     return "–" if value is None else f"{number_format(value, force_grouping=True)} ms"
 
 
+DAY_FORMAT = "D j M Y"
+"""The one way the dashboards write a day in text and tables ("Fri 4 Dec 2026"); the charts'
+axes shorten it to "4 Dec" under each bar, with the full day as the bar's title."""
+
+
 def _count(value: int) -> str:
     return str(number_format(value, force_grouping=True))
 
@@ -92,7 +97,7 @@ def _categories(days: list[usage.Day]) -> list[Category]:
         Category(
             label=date_format(day.date, "j M"),
             key=day.date.isoformat(),
-            title=date_format(day.date, "D j M Y"),
+            title=date_format(day.date, DAY_FORMAT),
         )
         for day in days
     ]
@@ -156,7 +161,7 @@ def tool_usage_page(
     }
     if figures.calls:
         calls_summary += " " + _("The busiest day was %(day)s, with %(calls)s.") % {
-            "day": date_format(busiest.day.date, "D j M"),
+            "day": date_format(busiest.day.date, DAY_FORMAT),
             "calls": _count(busiest.calls),
         }
     p_low, p_high = usage.PERCENTILES[0], usage.PERCENTILES[-1]
@@ -172,14 +177,14 @@ def tool_usage_page(
             "high": p_high,
             "low_ms": _ms(figures.durations[p_low]),
             "high_ms": _ms(figures.durations[p_high]),
-            "day": date_format(slowest.day.date, "D j M"),
+            "day": date_format(slowest.day.date, DAY_FORMAT),
             "day_ms": _ms(slowest.durations[p_high]),
         }
     audit = f"{site}:tool_calling_toolexecution_changelist"
     rows = [
         {
             "date": row.day.date,
-            "title": date_format(row.day.date, "D j M Y"),
+            "title": date_format(row.day.date, DAY_FORMAT),
             "audit_url": _link(
                 audit,
                 query={
@@ -302,14 +307,15 @@ def overview_page(tool_admin: admin.ModelAdmin, request: HttpRequest) -> Templat
     }
     if total:
         tokens_summary += " " + _("The busiest day was %(day)s, with %(tokens)s.") % {
-            "day": date_format(busiest.day.date, "D j M"),
+            "day": date_format(busiest.day.date, DAY_FORMAT),
             "tokens": _count(busiest.total),
         }
     may_decide = approvals.can_decide(request.user)
     oldest = figures.oldest
     context = {
         "title": _("Tool calling overview"),
-        "subtitle": date_format(figures.today.date, "l j F Y"),
+        "subtitle": date_format(figures.today.date, DAY_FORMAT),
+        "today_label": date_format(figures.today.date, DAY_FORMAT),
         "figures": figures,
         "runs_chart": bar_chart(
             chart_id="tc-runs-chart",
@@ -352,7 +358,7 @@ def overview_page(tool_admin: admin.ModelAdmin, request: HttpRequest) -> Templat
         "tokens_summary": tokens_summary,
         "token_rows": [
             {
-                "title": date_format(day.day.date, "D j M Y"),
+                "title": date_format(day.day.date, DAY_FORMAT),
                 "date": day.day.date,
                 "messages": _count(day.messages),
                 "prompt": _count(day.prompt),

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.models import CHANGE
 from django.core.exceptions import PermissionDenied
 from django.db import models as db_models
 from django.db.models import Count, Q, QuerySet
@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from tool_calling import models
+from tool_calling._compat import DJANGO_5_0, log_actions
 from tool_calling.admin.display import admin_url, pre
 from tool_calling.mcp import clients, mirror
 
@@ -123,7 +124,8 @@ class McpServerAdmin(admin.ModelAdmin):
     actions = ("sync_tools",)
     inlines = (McpServerToolInline,)
     filter_horizontal = ("allowed_groups",)
-    formfield_overrides = {db_models.URLField: {"assume_scheme": "https"}}
+    # A URL typed without a scheme is https (Django 5.0+; 4.2 assumes http).
+    formfield_overrides = {db_models.URLField: {"assume_scheme": "https"}} if DJANGO_5_0 else {}
     readonly_fields = (
         "protocol_version",
         "last_synced_at",
@@ -323,7 +325,7 @@ class McpServerToolAdmin(admin.ModelAdmin):
         names = mirror.approve_listed(links, user=request.user)
         tools = list(models.Tool.objects.filter(name__in=names))
         if tools and request.user.pk is not None:
-            LogEntry.objects.log_actions(
+            log_actions(
                 user_id=request.user.pk,
                 queryset=tools,
                 action_flag=CHANGE,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import ngettext_lazy
@@ -18,6 +18,8 @@ class ActionText:
     """``ngettext_lazy`` message for the selected tools that were already in that state."""
     log: str
     """The ``LogEntry`` change message (stored untranslated, as Django stores its own)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Values of the messages' other placeholders (``%(limit)d``)."""
 
 
 ENABLED = ActionText(
@@ -102,3 +104,35 @@ DENIED_CALLS = ActionText(
     APPROVED_CALLS.unchanged,
     "Denied (bulk action).",
 )
+
+
+def limit_text(limit: int | None) -> ActionText:
+    """What "Set the calls per turn" says for ``limit`` (None: back to the default)."""
+    if limit is None:
+        return ActionText(
+            ngettext_lazy(
+                "%(count)d tool is back to the default limit.",
+                "%(count)d tools are back to the default limit.",
+                "count",
+            ),
+            ngettext_lazy(
+                "%(count)d tool already had the default limit.",
+                "%(count)d tools already had the default limit.",
+                "count",
+            ),
+            "Limit: the default (bulk action).",
+        )
+    return ActionText(
+        ngettext_lazy(
+            "%(count)d tool now allows %(limit)d calls per turn.",
+            "%(count)d tools now allow %(limit)d calls per turn.",
+            "count",
+        ),
+        ngettext_lazy(
+            "%(count)d tool already allowed %(limit)d calls per turn.",
+            "%(count)d tools already allowed %(limit)d calls per turn.",
+            "count",
+        ),
+        f"Limit: {limit} calls per turn (bulk action).",
+        {"limit": limit},
+    )

@@ -50,6 +50,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from tool_calling import models
+from tool_calling._compat import DJANGO_5_0
 
 COUNT_CAP = 10_000
 """The most rows a change list counts; beyond it, the list says "more than" this."""
@@ -293,7 +294,8 @@ class ScaledModelAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
 
     show_full_result_count = False
     # Facets ("Show counts") count each filter choice over the whole table.
-    show_facets = admin.ShowFacets.NEVER
+    if DJANGO_5_0:  # Django 4.2 has no facets
+        show_facets = admin.ShowFacets.NEVER
     change_list_template = "tool_calling/admin/scaled_change_list.html"
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:

@@ -8,7 +8,8 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.models import CHANGE
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -21,7 +22,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from tool_calling import models
+from tool_calling import models, tool_state
+from tool_calling._compat import log_actions
 from tool_calling.admin.dashboards import (
     OVERVIEW_URL_NAME,
     TOOL_USAGE_URL_NAME,
@@ -37,6 +39,7 @@ from tool_calling.admin.messages import (
     EXCLUDED,
     INCLUDED,
     ActionText,
+    limit_text,
 )
 from tool_calling.admin.metrics import RECENT_WINDOW, with_recent_usage
 from tool_calling.admin.scale import FastActionCheckboxMixin
@@ -124,6 +127,18 @@ class ToolLimitOverrideInline(admin.StackedInline):
         return self._tool_perm(request, "view") or self._tool_perm(request, "change")
 
 
+class ToolActionForm(ActionForm):
+    """The action bar of the tool list, with the number the "Set the calls per turn" action sets."""
+
+    # No min_value here: Django runs no action when its form is invalid, and would only say
+    # "No action selected."; the action itself refuses a number below 1, saying why.
+    max_calls_per_turn = forms.IntegerField(
+        label=_("calls per turn"),
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 1, "style": "width: 5em"}),
+    )
+
+
 @admin.register(models.Tool)
 class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
     """Tools known from code, governed by operators.
@@ -135,13 +150,14 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
     sync with the default settings, undoing the operators' choices.
     """
 
+    # Sized for a 1280 px window with the admin's two sidebars: "missing from code" is said in
+    # the name's cell, long names and headers wrap (the change list template's styles).
     list_display = (
-        "name",
+        "name_display",
         "enabled",
         "source",
-        "missing",
-        "requires_approval",
-        "requires_confirmation",
+        "approval",
+        "confirmation",
         "limit",
         "calls_24h",
         "error_rate_24h",
@@ -168,7 +184,9 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         "skip_approval",
         "exclude_from_limits",
         "include_in_limits",
+        "set_limit",
     )
+    action_form = ToolActionForm
     inlines = (ToolLimitOverrideInline,)
     change_list_template = "tool_calling/admin/tool/change_list.html"
     change_form_template = "tool_calling/admin/tool/change_form.html"
@@ -329,6 +347,25 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         """
         return with_recent_usage(super().get_queryset(request))
 
+    @admin.display(description=_("approval"), boolean=True, ordering="requires_approval")
+    def approval(self, obj: models.Tool) -> bool:
+        """Whether a person approves each call (the list's short header for the flag)."""
+        return obj.requires_approval
+
+    @admin.display(description=_("confirm"), boolean=True, ordering="requires_confirmation")
+    def confirmation(self, obj: models.Tool) -> bool:
+        """Whether the user confirms each call (the list's short header for the flag)."""
+        return obj.requires_confirmation
+
+    @admin.display(description=_("name"), ordering="name")
+    def name_display(self, obj: models.Tool) -> str:
+        """The name, and "missing from code" for a tool its code no longer defines."""
+        if obj.missing:
+            return format_html(
+                '{} <span class="tc-missing">({})</span>', obj.name, _("missing from code")
+            )
+        return obj.name
+
     @admin.display(description=_("limit"))
     def limit(self, obj: models.Tool) -> str:
         """The per-turn limit override: a number, "excluded" or "default"."""
@@ -342,7 +379,7 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
             return str(override.max_calls_per_turn)
         return str(_("default"))
 
-    @admin.display(description=_("calls (24 h)"), ordering="calls_24h")
+    @admin.display(description=_("calls 24 h"), ordering="calls_24h")
     def calls_24h(self, obj: models.Tool) -> str:
         """Calls of the last 24 hours, linked to their audit rows."""
         calls = getattr(obj, "calls_24h", 0)
@@ -356,9 +393,14 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         )
         return format_html('<a href="{}?{}">{}</a>', url, query, calls)
 
-    @admin.display(description=_("error rate (24 h)"), ordering="error_rate_24h")
+    @admin.display(description=_("error rate 24 h (denials excluded)"), ordering="error_rate_24h")
     def error_rate_24h(self, obj: models.Tool) -> str:
-        """Share of the last 24 hours' calls that failed, were refused or timed out."""
+        """Share of the last 24 hours' calls that failed, were refused or timed out.
+
+        Calls an approver denied are not errors (the tool did what it should: wait for a
+        person); calls refused by a limit, a rule or a disabled tool are. The list says so in
+        the column's header and in a note above it (``ERROR_STATUSES``).
+        """
         rate = getattr(obj, "error_rate_24h", None)
         if rate is None:
             return self.get_empty_value_display()
@@ -470,7 +512,7 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         if user_id is None:  # admin views require a logged-in user; never log anonymously
             raise PermissionDenied
         if tools:
-            LogEntry.objects.log_actions(
+            log_actions(
                 user_id=user_id,
                 queryset=tools,
                 action_flag=CHANGE,
@@ -488,26 +530,16 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         self._require_change_permission(request)
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
-            changed = list(
-                models.Tool.objects.select_for_update()
-                .filter(pk__in=pks)
-                .exclude(**{field: value})
-                .order_by("name")
-            )
-            models.Tool.objects.filter(pk__in=[tool.pk for tool in changed]).update(
-                **{field: value, "updated_at": timezone.now()}
-            )
-            for tool in changed:
-                setattr(tool, field, value)
+            changed = tool_state.set_flag(pks, field, value)
             self._log(request, changed, text.log)
         self._report(request, text, len(changed), len(pks) - len(changed))
 
     def _report(self, request: HttpRequest, text: ActionText, changed: int, unchanged: int) -> None:
         parts = []
         if changed:
-            parts.append(text.done % {"count": changed})
+            parts.append(text.done % {"count": changed, **text.params})
         if unchanged:
-            parts.append(text.unchanged % {"count": unchanged})
+            parts.append(text.unchanged % {"count": unchanged, **text.params})
         self.message_user(request, " ".join(parts), messages.SUCCESS if changed else messages.INFO)
 
     @admin.action(permissions=["change"], description=_("Enable selected tools"))
@@ -557,44 +589,50 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
     @admin.action(permissions=["change"], description=_("Exclude selected tools from limits"))
     def exclude_from_limits(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
         """Lift the per-tool call limit (calls still count toward the total per turn)."""
-        self._require_change_permission(request)
-        pks = list(queryset.values_list("pk", flat=True))
-        with transaction.atomic():
-            tools = list(
-                models.Tool.objects.select_for_update()
-                .filter(pk__in=pks)
-                .select_related("limit_override")
-                .order_by("name")
-            )
-            new, flipped = [], []
-            for tool in tools:
-                try:
-                    override = tool.limit_override
-                except models.ToolLimitOverride.DoesNotExist:
-                    new.append(models.ToolLimitOverride(tool=tool, excluded=True))
-                    continue
-                if not override.excluded:
-                    flipped.append(tool)
-            models.ToolLimitOverride.objects.bulk_create(new)
-            models.ToolLimitOverride.objects.filter(tool__in=flipped).update(excluded=True)
-            changed = sorted([o.tool for o in new] + flipped, key=lambda tool: tool.name)
-            self._log(request, changed, EXCLUDED.log)
-        self._report(request, EXCLUDED, len(changed), len(pks) - len(changed))
+        self._set_excluded(request, queryset, True, EXCLUDED)
 
     @admin.action(permissions=["change"], description=_("Include selected tools in limits"))
     def include_in_limits(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
         """Apply the per-tool call limit again (the override's number, or the default)."""
+        self._set_excluded(request, queryset, False, INCLUDED)
+
+    def _set_excluded(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[models.Tool],
+        excluded: bool,
+        text: ActionText,
+    ) -> None:
         self._require_change_permission(request)
         pks = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
-            changed = list(
-                models.Tool.objects.select_for_update()
-                .filter(pk__in=pks, limit_override__excluded=True)
-                .order_by("name")
+            changed = tool_state.set_excluded(pks, excluded)
+            self._log(request, changed, text.log)
+        self._report(request, text, len(changed), len(pks) - len(changed))
+
+    @admin.action(
+        permissions=["change"],
+        description=_("Set the calls per turn of selected tools (blank: the default)"),
+    )
+    def set_limit(self, request: HttpRequest, queryset: QuerySet[models.Tool]) -> None:
+        """Give the tools the per-turn limit typed beside the action; blank = ``LIMITS``'s."""
+        self._require_change_permission(request)
+        form = self.action_form(request.POST)
+        form.fields["action"].choices = self.get_action_choices(request)  # type: ignore[attr-defined]
+        limit = form.cleaned_data.get("max_calls_per_turn") if form.is_valid() else None
+        if limit is not None and limit < 1:
+            self.message_user(
+                request,
+                _("The calls per turn must be 1 or more (blank: the default)."),
+                messages.ERROR,
             )
-            models.ToolLimitOverride.objects.filter(tool__in=changed).update(excluded=False)
-            self._log(request, changed, INCLUDED.log)
-        self._report(request, INCLUDED, len(changed), len(pks) - len(changed))
+            return
+        pks = list(queryset.values_list("pk", flat=True))
+        text = limit_text(limit)
+        with transaction.atomic():
+            changed = tool_state.set_limit(pks, limit)
+            self._log(request, changed, text.log)
+        self._report(request, text, len(changed), len(pks) - len(changed))
 
 
 # -- conversations -----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Who sees and changes which conversations and runs (CHECKLIST S14, S23).
+"""Who sees and changes which conversations and runs (S14, S23).
 
 Views combine both halves: the querysets below leave out other users' objects (so they answer
 404, not 403, and are never listed), and ``IsOwnerOrPermitted`` decides what a user who may see

@@ -1,7 +1,7 @@
 """What the API reads and writes: tools, conversations with their messages, turns and runs.
 
 Runs show what a client needs and nothing a tool call's audit keeps back: tool executions are a
-summary (tool, status, duration), never arguments, results or error details (CHECKLIST S13).
+summary (tool, status, duration), never arguments, results or error details (S13).
 """
 
 from __future__ import annotations

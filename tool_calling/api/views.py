@@ -2,7 +2,7 @@
 
 Every view requires the permissions of ``TOOL_CALLING["API"]["PERMISSION_CLASSES"]``
 (default: an authenticated user), whatever the project's DRF defaults say, and reads through
-the owner-scoped querysets of ``tool_calling.api.permissions`` (CHECKLIST S14).
+the owner-scoped querysets of ``tool_calling.api.permissions`` (S14).
 Failures are ``APIException`` subclasses, so clients get a status code and a ``detail``
 (``tool_calling.api.errors``: a 400 also lists the ``errors`` by field).
 """

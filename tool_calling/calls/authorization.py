@@ -11,8 +11,8 @@ that is). Before the tool runs, in-process and on workers alike, the runtime che
   passes user B's order id" is stopped: the check looks the object up *for this user*.
 
 A refused call does not run; it is audited as ``refused`` with the reason, and the model reads
-the reason. The declaration sits beside ``@tool`` rather than in it (``@tool`` keeps its short
-list of options, STYLE rule 13) and, like ``@tool``, marks the function and returns it
+the reason. The declaration sits beside ``@tool`` rather than in it (``@tool`` keeps its list of
+options short) and, like ``@tool``, marks the function and returns it
 unchanged::
 
     def owns_order(call: CallRequest) -> bool:

@@ -62,6 +62,7 @@ __all__ = [
     "claim",
     "confirm",
     "deny",
+    "detach_from_runs",
     "end_lease",
     "finish",
     "kill",
@@ -808,6 +809,14 @@ def mark_undispatched(execution_id: int) -> None:
     models.ToolExecution.objects.filter(pk=execution_id, status=S.PENDING).update(
         dispatched_at=None
     )
+
+
+def detach_from_runs(run_ids: list[Any]) -> int:
+    """Unlink the audit rows of runs about to be deleted, in one UPDATE.
+
+    What the foreign key's SET_NULL does; the calls' audit stays until its own retention.
+    """
+    return models.ToolExecution.objects.filter(run__in=run_ids).update(run=None)
 
 
 def purge_payloads(rows: QuerySet[models.ToolExecution]) -> int:

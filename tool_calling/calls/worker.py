@@ -71,7 +71,7 @@ _CALL = PreparedQuery(
     ),
 )
 """The call and its user, with the re-check of its tool's rules for that user at call time (S2)
-and the run's trace (issue 14: its calls join it, whoever's request sent them), in one query,
+and the run's trace (its calls join it, whoever's request sent them), in one query,
 compiled once (building it took ten times longer than running it)."""
 
 

@@ -2,5 +2,6 @@
 
 __all__ = ["VERSION"]
 
-VERSION = "0.1.0"
-"""Also ``tool_calling.__version__``; ``pyproject.toml`` carries the same number."""
+VERSION = "0.2.0"
+"""Also ``tool_calling.__version__``; the package metadata reads it from here
+(``[tool.setuptools.dynamic]`` in ``pyproject.toml``)."""

@@ -58,7 +58,7 @@ def sdk() -> ModuleType:
         ModuleNotFoundError: the optional ``mcp`` SDK is missing (the message has the install
             command).
     """
-    # A lazy heavy SDK import (STYLE rule 27): resolvers import this module in every process.
+    # A lazy heavy SDK import: resolvers import this module in every process.
     from tool_calling.core import mcp
 
     return mcp

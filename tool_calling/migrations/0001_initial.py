@@ -6,6 +6,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from tool_calling._compat import check_constraint
+
 
 class Migration(migrations.Migration):
     initial = True
@@ -452,7 +454,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="toollimitoverride",
-            constraint=models.CheckConstraint(
+            constraint=check_constraint(
                 condition=models.Q(
                     ("max_calls_per_turn__isnull", True),
                     ("max_calls_per_turn__gte", 1),

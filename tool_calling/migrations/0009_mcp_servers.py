@@ -5,6 +5,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from tool_calling._compat import check_constraint
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -286,7 +288,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="mcpserver",
-            constraint=models.CheckConstraint(
+            constraint=check_constraint(
                 condition=models.Q(("timeout__gte", 1)), name="tc_mcpserver_timeout_positive"
             ),
         ),

@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+from tool_calling._compat import check_constraint
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -117,13 +119,13 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="tool",
-            constraint=models.CheckConstraint(
+            constraint=check_constraint(
                 condition=models.Q(("quota_window__gte", 1)), name="tc_tool_quota_window_positive"
             ),
         ),
         migrations.AddConstraint(
             model_name="tool",
-            constraint=models.CheckConstraint(
+            constraint=check_constraint(
                 condition=models.Q(("retry_backoff__gt", 0)), name="tc_tool_retry_backoff_positive"
             ),
         ),

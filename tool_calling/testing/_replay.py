@@ -26,6 +26,8 @@ Script steps (JSON), one consumed per chat completion request:
 - ``{"delay": seconds, ...}``: wait before answering with the rest of the step.
 - ``{"chunk_delay": seconds, ...}``: when the answer is streamed, wait this long between its
   chunks, so that clients see the text arrive in pieces over time (ignored unless streamed).
+- ``{"words_per_chunk": 1, ...}``: words per streamed text chunk (default 3); the demo answers
+  word by word.
 - ``{"finish_reason": "length", ...}``: overrides the finish reason of an answer.
 - ``{"usage": {"prompt_tokens": 52, "completion_tokens": 2}, ...}``: the token counts the answer
   reports (``total_tokens`` is their sum unless given); by default the words of the request's
@@ -52,7 +54,6 @@ import contextlib
 import http.client
 import io
 import json
-import re
 import signal
 import socket
 import sys
@@ -65,7 +66,14 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
-from tool_calling.testing._chunks import count_words, split_arguments, split_text
+from tool_calling.testing._chunks import (
+    WORDS_PER_CHUNK,
+    count_words,
+    split_arguments,
+    split_text,
+)
+from tool_calling.testing._demo import content_text as _content_text
+from tool_calling.testing._demo import demo_step as _demo_step
 
 __all__ = ["CREATED", "ReplayServer", "main"]
 
@@ -82,19 +90,13 @@ _STEP_KEYS = frozenset(
         "malformed",
         "delay",
         "chunk_delay",
+        "words_per_chunk",
         "finish_reason",
         "usage",
     }
 )
 _MODES = ("scripted", "demo")
 _MALFORMED_BODY = '{"id": "chatcmpl-broken", "object": "chat.completion", "choices": ['
-_STOPWORDS = frozenset(
-    """a an and are as at be by can could do does for from give how i in is it me my of on or
-    please show tell that the this to use call run what whats what's when where which who with
-    would you your get set find about named called""".split()
-)
-_PREPOSITIONS = frozenset({"in", "for", "of", "at", "to", "from", "about", "named", "called"})
-
 _SERVER_HEADER = "ReplayServer/1.0"
 _BACKLOG = 2048
 """Pending connections the kernel queues (capped by net.core.somaxconn): a load test opens
@@ -385,6 +387,7 @@ class ReplayServer:
             text=text,
             tool_calls=calls,
             finish_reason=finish,
+            words_per_chunk=int(step.get("words_per_chunk") or WORDS_PER_CHUNK),
             usage={
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
@@ -556,6 +559,7 @@ class _Answer:
     text: str | None
     tool_calls: list[dict[str, Any]]
     finish_reason: str
+    words_per_chunk: int
     usage: dict[str, int]
 
     def completion(self) -> dict[str, Any]:
@@ -595,7 +599,7 @@ class _Answer:
             return {**base, "choices": [choice], **extra}
 
         yield chunk({"role": "assistant", "content": ""})
-        for piece in split_text(self.text or ""):
+        for piece in split_text(self.text or "", self.words_per_chunk):
             yield chunk({"content": piece})
         # Each call: a first piece with id and name, then its arguments in pieces. The calls'
         # pieces are interleaved (round robin) so clients must join them by index.
@@ -811,6 +815,12 @@ def _normalise_step(step: Any, where: str) -> Any:
                 f"ReplayServer {where}: {key!r} must be a number of seconds (0 or more), "
                 f"got {seconds!r}."
             )
+    words = step.get("words_per_chunk")
+    if words is not None and (isinstance(words, bool) or not isinstance(words, int) or words < 1):
+        raise ValueError(
+            f"ReplayServer {where}: 'words_per_chunk' must be a whole number (1 or more), "
+            f"got {words!r}."
+        )
     usage = step.get("usage")
     if usage is not None and (
         not isinstance(usage, Mapping)
@@ -853,16 +863,6 @@ def _phrase(status: int) -> str:
         return "Error"
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            str(part.get("text") or "") for part in content if isinstance(part, Mapping)
-        )
-    return ""
-
-
 def _prompt_words(body: Mapping[str, Any]) -> int:
     words = 0
     for message in body.get("messages") or []:
@@ -873,149 +873,6 @@ def _prompt_words(body: Mapping[str, Any]) -> int:
             function = call.get("function") or {}
             words += count_words(f"{function.get('name', '')} {function.get('arguments', '')}")
     return words
-
-
-# -- demo mode -------------------------------------------------------------------------------------
-
-
-def _demo_step(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the rule-based answer of demo mode for a chat completion request body."""
-    messages = [m for m in body.get("messages") or [] if isinstance(m, Mapping)]
-    if messages and messages[-1].get("role") == "tool":
-        return {"text": _summarise_tool_results(messages)}
-    user_text = next(
-        (_content_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
-        "",
-    )
-    tools = [
-        tool["function"]
-        for tool in body.get("tools") or []
-        if isinstance(tool, Mapping)
-        and isinstance(tool.get("function"), Mapping)
-        and isinstance(tool["function"].get("name"), str)
-    ]
-    matching = [tool for tool in tools if _mentions(user_text, tool["name"])]
-    if matching:
-        explicit = _json_object_in(user_text)
-        return {
-            "tool_calls": [
-                {
-                    "name": tool["name"],
-                    "arguments": explicit
-                    if explicit is not None
-                    else _fill_arguments(tool.get("parameters") or {}, user_text, tool["name"]),
-                }
-                for tool in matching
-            ]
-        }
-    return {
-        "text": f"[scripted demo answer, not a real model] You said: {user_text!r}. "
-        "Name one of the offered tools in your message and this demo server will call it."
-    }
-
-
-def _summarise_tool_results(messages: Sequence[Mapping[str, Any]]) -> str:
-    names: dict[str, str] = {}
-    for message in messages:
-        for call in message.get("tool_calls") or []:
-            if isinstance(call, Mapping):
-                names[str(call.get("id"))] = str((call.get("function") or {}).get("name"))
-    results = []
-    for message in reversed(messages):
-        if message.get("role") != "tool":
-            break
-        name = names.get(str(message.get("tool_call_id")), "tool")
-        results.append(f"{name}: {_content_text(message.get('content'))}")
-    return "Here is what the tools returned: " + "; ".join(reversed(results))
-
-
-# Words of a tool name that say nothing about what it is for ("get_weather" is about weather).
-_GENERIC_WORDS = {"get", "set", "list", "fetch", "find", "current", "lookup", "look", "up", "do"}
-
-
-def _has_word(text: str, word: str) -> bool:
-    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text, re.IGNORECASE) is not None
-
-
-def _mentions(text: str, name: str) -> bool:
-    """True when ``text`` names the tool, or uses every meaningful word of its name."""
-    if _has_word(text, name) or _has_word(text, name.replace("_", " ")):
-        return True
-    words = [w for w in re.split(r"[_.\-]+", name.lower()) if w and w not in _GENERIC_WORDS]
-    return bool(words) and all(_has_word(text, w) for w in words)
-
-
-def _json_object_in(text: str) -> dict[str, Any] | None:
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
-    try:
-        value = json.loads(text[start : end + 1])
-        json.dumps(value)  # the answer must be able to carry it
-    except (ValueError, RecursionError):  # not JSON, or nested too deeply for Python's parser
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _schema_types(schema: Mapping[str, Any]) -> list[str]:
-    declared = schema.get("type")
-    types = [declared] if isinstance(declared, str) else list(declared or [])
-    for option in schema.get("anyOf") or []:
-        if isinstance(option, Mapping):
-            types += _schema_types(option)
-    return types
-
-
-def _fill_arguments(schema: Mapping[str, Any], text: str, tool_name: str) -> dict[str, Any]:
-    """Best-effort arguments for the required parameters, from the words of ``text``."""
-    properties = schema.get("properties") or {}
-    numbers = iter(re.findall(r"-?\d+(?:\.\d+)?", text))
-    words = iter(_candidate_words(text, tool_name))
-    arguments: dict[str, Any] = {}
-    for name in schema.get("required") or []:
-        spec = properties.get(name) or {}
-        types = _schema_types(spec)
-        if "null" in types:
-            arguments[name] = None
-        elif spec.get("enum"):
-            options = list(spec["enum"])
-            arguments[name] = next(
-                (o for o in options if isinstance(o, str) and _mentions(text, o)), options[0]
-            )
-        elif "integer" in types or "number" in types:
-            number = next(numbers, "0")
-            value = float(number)
-            arguments[name] = int(value) if "integer" in types or value.is_integer() else value
-        elif "boolean" in types:
-            arguments[name] = True
-        elif "array" in types:
-            arguments[name] = []
-        elif "object" in types:
-            arguments[name] = {}
-        else:
-            arguments[name] = next(words, "")
-    return arguments
-
-
-def _candidate_words(text: str, tool_name: str) -> list[str]:
-    """Words likely to be argument values: quoted text, words after prepositions, names."""
-    skip = _STOPWORDS | {part.lower() for part in re.split(r"[_\W]+", tool_name) if part}
-    tokens = re.findall(r"[^\W\d_][\w'-]*", text)
-    ordered = re.findall(r'"([^"]+)"', text)
-    ordered += [
-        token
-        for previous, token in zip(tokens, tokens[1:], strict=False)
-        if previous.lower() in _PREPOSITIONS
-    ]
-    ordered += [token for token in tokens[1:] if token[0].isupper()]
-    ordered += [token for token in tokens if len(token) > 2]
-    seen: set[str] = set()
-    result = []
-    for word in ordered:
-        if word.lower() not in skip and word not in seen:
-            seen.add(word)
-            result.append(word)
-    return result
 
 
 # -- command line --------------------------------------------------------------------------------

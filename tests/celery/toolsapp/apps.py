@@ -23,7 +23,7 @@ def _write_ready_file(sender=None, **kwargs) -> None:
 
 
 def _trace_to_a_file(**kwargs) -> None:
-    """Each pool process exports its spans to STATE_DIR/spans-<pid>.jsonl (issue 14).
+    """Each pool process exports its spans to STATE_DIR/spans-<pid>.jsonl.
 
     A worker started with ``OTEL_EXPORTER_OTLP_ENDPOINT`` exports over OTLP instead, as the
     example project does (project/telemetry.py, configured before the fork): left as it is.

@@ -44,6 +44,8 @@ from typing import Any
 from django.db.backends.sqlite3 import base, features
 from django.utils.functional import cached_property
 
+from tool_calling._compat import DJANGO_5_1
+
 __all__ = ["DatabaseWrapper", "json_supported"]
 
 DEFAULT_TIMEOUT = 30.0
@@ -292,7 +294,23 @@ class DatabaseWrapper(base.DatabaseWrapper):
         options.setdefault("transaction_mode", "IMMEDIATE")
         options.setdefault("timeout", DEFAULT_TIMEOUT)
         params: dict[str, Any] = super().get_connection_params()
+        if not DJANGO_5_1:
+            # What Django 5.1 does with these two OPTIONS; 4.2 and 5.0 would pass them to
+            # sqlite3.connect(), which knows neither: _start_transaction_under_autocommit()
+            # applies the mode, get_new_connection() runs the commands.
+            mode = params.pop("transaction_mode", None)
+            self.transaction_mode = mode.upper() if mode else None
+            self.init_commands = params.pop("init_command", "").split(";")
         return params
+
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        """Django's connection; before Django 5.1, with ``OPTIONS["init_command"]`` run on it."""
+        connection = super().get_new_connection(conn_params)
+        if not DJANGO_5_1:
+            for command in self.init_commands:
+                if command := command.strip():
+                    connection.execute(command)
+        return connection
 
     @property
     def _gate_timeout(self) -> float:
@@ -310,7 +328,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
             self._write_gate.enter(self._gate_timeout)
         self._holds_gate = True
         try:
-            super()._start_transaction_under_autocommit()  # type: ignore[misc]
+            if DJANGO_5_1:
+                super()._start_transaction_under_autocommit()  # type: ignore[misc]
+            else:  # what Django 5.1 does with OPTIONS["transaction_mode"]
+                mode = self.transaction_mode
+                self.cursor().execute(f"BEGIN {mode}" if mode else "BEGIN")
         except BaseException:
             self._leave_gate()
             raise
