@@ -131,8 +131,12 @@ def test_changelist_shows_governance_columns(admin_client: Any) -> None:
     assert tool_admin.error_rate_24h(rows["t_excluded"]) == "-"
 
     html = response.content.decode()
-    for header in ("Name", "Enabled", "Source", "Approval", "Limit", "Calls 24 h"):
+    for header in ("Name", "Enabled", "Source", "Decided by", "Limit", "Calls 24 h"):
         assert f">{header}<" in html
+    assert tool_admin.approval(rows["t_limited"]) == "approver"
+    assert tool_admin.approval(rows["t_plain"]) == "-"
+    both = make_tool("t_both", requires_approval=True, requires_confirmation=True)
+    assert tool_admin.approval(both) == "user, approver"
     # What the rate counts, in its header and in the note above the list.
     assert ">Error rate 24 h (denials excluded)<" in html
     assert "Calls an approver denied are not counted as errors." in html

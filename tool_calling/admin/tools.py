@@ -157,7 +157,6 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         "enabled",
         "source",
         "approval",
-        "confirmation",
         "limit",
         "calls_24h",
         "error_rate_24h",
@@ -347,15 +346,18 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
         """
         return with_recent_usage(super().get_queryset(request))
 
-    @admin.display(description=_("approval"), boolean=True, ordering="requires_approval")
-    def approval(self, obj: models.Tool) -> bool:
-        """Whether a person approves each call (the list's short header for the flag)."""
-        return obj.requires_approval
-
-    @admin.display(description=_("confirm"), boolean=True, ordering="requires_confirmation")
-    def confirmation(self, obj: models.Tool) -> bool:
-        """Whether the user confirms each call (the list's short header for the flag)."""
-        return obj.requires_confirmation
+    @admin.display(description=_("decided by"), ordering="requires_approval")
+    def approval(self, obj: models.Tool) -> str:
+        """Who decides each call before it runs: the user, an approver, both, or nobody (-)."""
+        deciders = [
+            str(label)
+            for flag, label in (
+                (obj.requires_confirmation, _("user")),
+                (obj.requires_approval, _("approver")),
+            )
+            if flag
+        ]
+        return ", ".join(deciders) or "-"
 
     @admin.display(description=_("name"), ordering="name")
     def name_display(self, obj: models.Tool) -> str:
