@@ -299,6 +299,21 @@ def approved_as_recorded(row: models.ToolExecution) -> bool:
     return isinstance(text, str) and arguments_digest(text) == row.approved_arguments_sha256
 
 
+def _lock_waiting(execution: models.ToolExecution) -> models.ToolExecution:
+    """The call's row, locked until the transaction ends, while it waits for a decision.
+
+    Raises :class:`ApprovalStateError` when it no longer waits (decided meanwhile).
+    """
+    row = (
+        models.ToolExecution.objects.select_for_update()
+        .filter(pk=execution.pk, status=models.ExecutionStatus.AWAITING_APPROVAL)
+        .first()
+    )
+    if row is None:
+        raise ApprovalStateError(_decided(execution))
+    return row
+
+
 def _decided(execution: models.ToolExecution | int) -> models.ToolExecution:
     """The row as stored now (the given one if it was deleted meanwhile)."""
     pk = execution if isinstance(execution, int) else execution.pk
@@ -371,13 +386,7 @@ def approve(
     }
     edited = arguments is not None
     with transaction.atomic():
-        row = (
-            models.ToolExecution.objects.select_for_update()
-            .filter(pk=execution.pk, status=models.ExecutionStatus.AWAITING_APPROVAL)
-            .first()
-        )
-        if row is None:
-            raise ApprovalStateError(_decided(execution))
+        row = _lock_waiting(execution)
         expired = row.approval_expires_at is not None and row.approval_expires_at <= now
     if expired:
         # Too late: what the sweeper would do at its next pass, done now.
@@ -459,13 +468,7 @@ def _confirm(
     fields: dict[str, Any] = {"confirmed_by": user, "confirmed_at": now}
     edited = arguments is not None
     with transaction.atomic():
-        row = (
-            models.ToolExecution.objects.select_for_update()
-            .filter(pk=execution.pk, status=models.ExecutionStatus.AWAITING_APPROVAL)
-            .first()
-        )
-        if row is None:
-            raise ApprovalStateError(_decided(execution))
+        row = _lock_waiting(execution)
         if edited:
             text = validate_arguments(name, arguments)
             payload = dict(row.payload or {})
