@@ -51,6 +51,9 @@ __all__ = ["DatabaseWrapper", "json_supported"]
 DEFAULT_TIMEOUT = 30.0
 """Seconds a writer waits for the gate, then for SQLite's lock, before "database is locked"."""
 
+_TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
+"""A transaction's own statements: the transaction holds the gate from its beginning."""
+
 _UNGATED = ("SELECT", "PRAGMA", "EXPLAIN", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 """Statements that never pass the gate themselves: reads (Django's own PRAGMAs read), and the
 transaction's own statements (the transaction holds the gate from its beginning)."""
@@ -248,6 +251,7 @@ class SQLiteCursorWrapper(base.SQLiteCursorWrapper):
 
     gate: _Gate
     timeout: float
+    gate_reads: bool
 
     def execute(self, query: str, params: Any = None) -> Any:
         """Run ``query``; a write outside a transaction waits for the gate first."""
@@ -270,9 +274,15 @@ class SQLiteCursorWrapper(base.SQLiteCursorWrapper):
         return super().executemany(query, param_list)
 
     def _gated(self, query: str) -> bool:
-        return not self.connection.in_transaction and not query.lstrip()[:9].upper().startswith(
-            _UNGATED
-        )
+        if self.connection.in_transaction:
+            return False  # the transaction holds the gate
+        # A shared-cache in-memory database (Django's test database) locks whole tables, and a
+        # reader's lock makes a writer fail at once ("database table is locked": no busy wait
+        # applies), so there reads pass the gate too. A file database in WAL mode needs not.
+        head = query.lstrip()[:9].upper()
+        if head.startswith(_TRANSACTION_CONTROL):
+            return False  # BEGIN runs with the gate already taken (never twice: no re-entry)
+        return self.gate_reads or not head.startswith(_UNGATED)
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -321,6 +331,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         cursor = self.connection.cursor(factory=SQLiteCursorWrapper)
         cursor.gate = self._write_gate
         cursor.timeout = self._gate_timeout
+        cursor.gate_reads = self.is_in_memory_db()
         return cursor
 
     def _start_transaction_under_autocommit(self) -> None:
