@@ -16,7 +16,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 __all__ = [
     "AudioBlock",
@@ -42,41 +42,42 @@ class TextBlock:
 
 
 @dataclass(frozen=True)
-class ImageBlock:
-    """An image, base64-encoded."""
+class _EncodedBlock:
+    """Bytes carried base64-encoded, with their media type (an image's or a sound's)."""
 
     data: str
-    """The image's bytes, base64-encoded."""
+    """The bytes, base64-encoded."""
     mime_type: str
-    """Its media type (``image/png``, ...)."""
+    """Their media type (``image/png``, ``audio/wav``, ...)."""
+
+    _kind = ""
+    """What the model is told the bytes are."""
 
     @classmethod
-    def from_bytes(cls, raw: bytes, mime_type: str) -> ImageBlock:
-        """An image block of ``raw`` bytes."""
+    def from_bytes(cls: type[_B], raw: bytes, mime_type: str) -> _B:
+        """A block of ``raw`` bytes."""
         return cls(base64.b64encode(raw).decode("ascii"), mime_type)
 
     def model_text(self) -> str:
         """What the model reads for this block: a short note, never the bytes."""
-        return f"[image {self.mime_type}, {_decoded_size(self.data)} bytes]"
+        return f"[{self._kind} {self.mime_type}, {_decoded_size(self.data)} bytes]"
+
+
+_B = TypeVar("_B", bound=_EncodedBlock)
 
 
 @dataclass(frozen=True)
-class AudioBlock:
+class ImageBlock(_EncodedBlock):
+    """An image, base64-encoded."""
+
+    _kind = "image"
+
+
+@dataclass(frozen=True)
+class AudioBlock(_EncodedBlock):
     """A sound, base64-encoded."""
 
-    data: str
-    """The audio's bytes, base64-encoded."""
-    mime_type: str
-    """Its media type (``audio/wav``, ...)."""
-
-    @classmethod
-    def from_bytes(cls, raw: bytes, mime_type: str) -> AudioBlock:
-        """An audio block of ``raw`` bytes."""
-        return cls(base64.b64encode(raw).decode("ascii"), mime_type)
-
-    def model_text(self) -> str:
-        """What the model reads for this block: a short note, never the bytes."""
-        return f"[audio {self.mime_type}, {_decoded_size(self.data)} bytes]"
+    _kind = "audio"
 
 
 @dataclass(frozen=True)
