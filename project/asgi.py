@@ -2,7 +2,7 @@
 
 Served by an ASGI server, the SSE stream of a run (``GET /api/runs/{id}/events/``) waits without
 holding a thread (``tool_calling.asgi``), and ``/mcp/`` serves the governed tools to MCP clients
-(streamable HTTP, ``Authorization: Bearer <DRF token>``; README "MCP server"). Static files (the
+(streamable HTTP, ``Authorization: Bearer <DRF token>``; docs/mcp.md). Static files (the
 admin's, the chat page's) are served by WhiteNoise in ``MIDDLEWARE``: from ``STATIC_ROOT``
 (``manage.py collectstatic``) with ``DJANGO_DEBUG`` off, from the apps with it on.
 With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set (``project/telemetry.py``), each request is a span.

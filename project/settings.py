@@ -458,7 +458,7 @@ TOOL_CALLING = {
     "RETENTION": {"RUN_EVENT_DAYS": 30, "FINISHED_RUN_DAYS": 90, "AUDIT_DAYS": 180},
 }
 
-# --- OpenTelemetry (README "Observability") -----------------------------------------------
+# --- OpenTelemetry (docs/observability.md) -----------------------------------------------
 
 # With OTEL_EXPORTER_OTLP_ENDPOINT set, this process (web, worker, beat or command) exports its
 # spans over OTLP/HTTP, and its metrics only with OTEL_METRICS_EXPORTER=otlp (or a metrics

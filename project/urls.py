@@ -16,7 +16,7 @@ urlpatterns = [
         SpectacularSwaggerView.as_view(url_name="schema"),
         name="swagger-ui",
     ),
-    # The REST API of tool_calling (README.md, "HTTP API"); its URL names are "tool_calling:...".
+    # The REST API of tool_calling (docs/api.md); its URL names are "tool_calling:...".
     path("api/", include("tool_calling.api.urls")),
     # The OAuth 2.1 authorization server whose access tokens /mcp/ accepts (settings.py,
     # TOOL_CALLING_MCP_RESOURCE): authorize and token endpoints under o/, and its RFC 8414

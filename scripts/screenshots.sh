@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Refreshes the README's pictures (docs/*.png): runs the browser tests marked `screenshots`,
+# Refreshes the documentation's pictures (docs/*.png): runs the browser tests marked `screenshots`,
 # whose screenshot() helper (tests/browser/_browser.py) also saves into $TC_SCREENSHOTS_DIR.
 # The pictures therefore show the pages as the tests leave them. Commit the changed PNGs.
 # Usage: bash scripts/screenshots.sh (from anywhere; needs what scripts/test.sh needs).

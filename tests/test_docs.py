@@ -1,6 +1,7 @@
-"""The documentation site (mkdocs.yml): builds strictly, and its pages carry the sections they
-include from README.md and CHANGELOG.md (a renamed section would otherwise leave a page empty:
-pymdownx.snippets only fails on a missing file)."""
+"""The documentation site (mkdocs.yml): builds strictly (a broken link or anchor fails), every
+page in docs/ is in its navigation, and the home page carries the sections it includes from
+README.md (a renamed section would otherwise leave it empty: pymdownx.snippets only fails on a
+missing file)."""
 
 import os
 import subprocess
@@ -24,7 +25,10 @@ def test_the_site_builds_strictly_with_every_included_section(tmp_path):
     def page(name):
         return (tmp_path / name / "index.html").read_text()
 
+    home = (tmp_path / "index.html").read_text()
+    assert "Pythonic form" in home and "the weather in Oslo?" in home
     assert "Runs in the admin" in page("operations") and "purge_expired" in page("operations")
     assert "twine check" in page("release")
+    assert "drf_create_token admin" in page("api") and "S21" in page("checklist")
     assert "Keep a Changelog" in page("changelog")
     assert (tmp_path / "openapi.yaml").exists()

@@ -4,7 +4,7 @@ Started as a person would (run.sh, or scripts/devserver.py when the tests do not
 repository's .venv), with its own web port, Redis port and var/ directory (which holds its SQLite
 file), and no model configured, so the scripted replay server answers. The main test starts it
 with SIGINT ignored, as a background job of a non-interactive shell starts it (`bash
-scripts/test.sh &`): its Ctrl-C must stop everything all the same. It also pastes the README's
+scripts/test.sh &`): its Ctrl-C must stop everything all the same. It also pastes the docs'
 API walk-through, as one block, against the running system.
 """
 
@@ -197,10 +197,11 @@ def system(tmp_path, request):
         started.kill()
 
 
-def readme_api_walk_through(port):
-    """The README's API walk-through and its event-stream commands, as one pasted block."""
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```bash\n(.*?)```", readme, re.DOTALL)
+def api_walk_through(port):
+    """The API page's walk-through and its event-stream commands (docs/api.md), as one pasted
+    block."""
+    page = (ROOT / "docs" / "api.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", page, re.DOTALL)
     walk = next(b for b in blocks if "drf_create_token admin" in b)
     stream = next(b for b in blocks if "Last-Event-ID: 5" in b)
     script = (walk + stream).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
@@ -290,13 +291,13 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
     sentence = f"In Oslo it is {weather['conditions']} and {weather['temperature']} °C."
     assert chat.stdout.strip() == sentence, chat.stdout
 
-    # The README's API walk-through, pasted as one block, works as written: every request
+    # The API page's walk-through, pasted as one block, works as written: every request
     # succeeds (curl fails on any 4xx or 5xx, a 409 from a turn still running included).
     shell_env = clean_env(**system.try_env())
     shell_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{shell_env.get('PATH', '')}"
     walk = subprocess.run(
         ["bash", "-c", 'set -euo pipefail; curl() { command curl --fail-with-body "$@"; }; ' +
-         readme_api_walk_through(system.port)],
+         api_walk_through(system.port)],
         cwd=ROOT, env=shell_env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert walk.returncode == 0, f"{walk.stdout}\n{walk.stderr}"

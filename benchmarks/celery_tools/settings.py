@@ -28,7 +28,7 @@ if _DATABASE_URL:
 
 CELERY_RESULT_BACKEND = REDIS_URL
 
-# As project/settings.py, the configuration the README recommends: a worker process keeps its
+# As project/settings.py, the configuration docs/operations.md advises: a worker process keeps its
 # database connection between tasks (Celery's Django fixup would close it around every task).
 CELERY_DB_REUSE_MAX = 1000
 

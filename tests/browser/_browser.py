@@ -45,7 +45,7 @@ ARTIFACTS_DIR = "TC_BROWSER_ARTIFACTS"
 
 SCREENSHOTS_DIR = "TC_SCREENSHOTS_DIR"
 """Environment variable: a directory where ``screenshot()`` also saves its pictures
-(``scripts/screenshots.sh`` sets it to docs/ to refresh the README's)."""
+(``scripts/screenshots.sh`` sets it to docs/ to refresh the documentation's)."""
 
 try:
     from playwright import sync_api
@@ -156,7 +156,7 @@ def screenshot(page: Any, name: str, artifacts: Path, *, full_page: bool = True)
     """Save ``page`` (all of it, or the window) as ``<artifacts>/<name>.png``, and in
     ``$TC_SCREENSHOTS_DIR`` when it is set.
 
-    The README's pictures come from here (``bash scripts/screenshots.sh`` runs the tests marked
+    The docs' pictures come from here (``bash scripts/screenshots.sh`` runs the tests marked
     ``screenshots``), so they show the pages as the tests leave them.
     """
     artifacts.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 Debian's chromium through Playwright reads the charts the server drew (SVG) and the tables
 beside them, and compares them with what the database holds for calls, runs and messages
 placed on known days; then it goes through the dashboards by keyboard alone. The pictures of
-the README (docs/tool-usage.png, docs/overview.png) are taken here (``scripts/screenshots.sh``).
+the docs (docs/tool-usage.png, docs/overview.png) are taken here (``scripts/screenshots.sh``).
 On failure every page's screenshot, HTML and script errors are kept (the path is printed).
 Needs ``bash scripts/setup_browser.sh``; fails, never skips, without it.
 """
@@ -138,7 +138,7 @@ def test_the_usage_chart_shows_the_calls_the_database_holds(
 ) -> None:
     """The chart's bars and the table count the calls stored for each day, errors apart.
 
-    The page of the weather tool is the README's picture (docs/tool-usage.png).
+    The page of the weather tool is the documentation's picture (docs/tool-usage.png).
     """
     data = seed()
     artifacts = artifacts_dir(request.node.name)
@@ -260,7 +260,7 @@ def test_the_overview_shows_todays_runs_the_queue_and_tokens(
 ) -> None:
     """The overview's chart and tables hold the runs, approvals and tokens stored.
 
-    The README's picture of the overview (docs/overview.png) is taken here.
+    The documentation's picture of the overview (docs/overview.png) is taken here.
     """
     data = seed()
     artifacts = artifacts_dir(request.node.name)

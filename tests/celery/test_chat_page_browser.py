@@ -562,7 +562,7 @@ KEYBOARD = [
 def test_the_page_works_by_keyboard_alone(web: WebServer, artifacts: Path) -> None:
     """Log in, send two messages, open a call's result and approve a call, all by keyboard.
 
-    The moment the second call waits for approval is the README's picture (docs/chat.png,
+    The moment the second call waits for approval is the docs' picture (docs/chat.png,
     ``scripts/screenshots.sh``).
     """
     sync_tools()

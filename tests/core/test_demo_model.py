@@ -1,4 +1,4 @@
-"""The demo model of ReplayServer(mode="demo"): the README's prompts, as a person types them."""
+"""The demo model of ReplayServer(mode="demo"): the docs' prompts, as a person types them."""
 
 from __future__ import annotations
 

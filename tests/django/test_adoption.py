@@ -101,7 +101,7 @@ def test_retrying_without_celery_is_a_503_and_the_run_stays_failed(alice, monkey
 
 
 def test_with_eager_celery_a_turn_runs_in_the_request_without_a_broker(alice, script):
-    """The development path the README gives: CELERY_TASK_ALWAYS_EAGER, no broker, no worker."""
+    """The development path of docs/chat-page.md: CELERY_TASK_ALWAYS_EAGER, no broker, no worker."""
     script(text("Hello"))
     conversation = models.Conversation.objects.create(owner=alice)
     with current_celery_app("default", task_always_eager=True) as app:

@@ -46,7 +46,7 @@ def test_missing_setting_reads_as_empty(no_tool_calling_setting):
 
 
 def test_documented_defaults():
-    """The defaults the README's settings table promises."""
+    """The defaults the settings table (docs/settings.md) promises."""
     assert DEFAULTS["EXECUTION"] == {
         "MODE": "inline",
         "MAX_CONCURRENT_CALLS": 8,

@@ -6,7 +6,7 @@ migrate, the superuser, uvicorn serving ``project.asgi``) and its health check r
 would in the container, with the compose file's variables and their defaults. Only the
 addresses change: SQLite for the PostgreSQL service, a port nothing listens on for Redis (nothing
 here needs it), a free port for the web server, and a temporary ``DJANGO_STATIC_ROOT``. The
-deployer's own values are those the README's production section names: the public host, an
+deployer's own values are those docs/operations.md names: the public host, an
 origin of their portal, the MCP host and an MCP client's origin.
 
 A client here talks to the server as the TLS proxy in front of it does: plain HTTP with
@@ -45,7 +45,7 @@ CHAT_JS = ROOT / "tool_calling" / "contrib" / "chat" / "static" / "tool_calling_
 ADMIN_CSS = Path(django.__file__).parent / "contrib" / "admin" / "static" / "admin" / "css"
 ADMIN_CSS /= "base.css"
 
-# What the deployer sets (the README's production section), on top of compose's defaults.
+# What the deployer sets (docs/operations.md), on top of compose's defaults.
 DEPLOYER = {
     "DJANGO_SECRET_KEY": SECRET_KEY,
     "DJANGO_ALLOWED_HOSTS": "public.example,127.0.0.1,localhost",

@@ -4,7 +4,7 @@ A project mounts it in its URLconf::
 
     path("api/", include("tool_calling.api.urls")),
 
-Endpoints (README.md, "HTTP API", walks through them with curl):
+Endpoints (docs/api.md walks through them with curl):
 
     GET    tools/                          the tools the requesting user may use
     GET    conversations/                  the user's conversations (paginated)

@@ -63,7 +63,7 @@ class EmbeddingToolIndex(ToolIndex):
     Each tool is embedded once (its name words, description, tags and parameters; vectors are
     cached by text, so indexing a changed tool set embeds only the new tools); each query is one
     model call. Alone it ranks below ``LexicalToolIndex`` on the benchmark's catalogue and costs
-    milliseconds per query instead of microseconds (see the README); ``HybridToolIndex`` combines
+    milliseconds per query instead of microseconds (docs/search.md); ``HybridToolIndex`` combines
     both and ranks best on requests the lexical index was not tuned on. PyTorch uses every core
     for one query by default; on a busy machine ``torch.set_num_threads(1)`` is much faster.
 
