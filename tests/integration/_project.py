@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._processes import stop
+
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_KEY = "tests-only-" + "k" * 50
 _OWN_PREFIXES = ("DJANGO_", "TOOL_CALLING_", "DATABASE_URL", "REDIS_URL")
@@ -91,12 +93,7 @@ def uvicorn(env: Mapping[str, str], log: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop(process)
 
 
 def migrate(env: Mapping[str, str]) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests._processes import stop
 from tests.integration._project import free_port
 from tool_calling.testing import ReplayServer
 
@@ -50,12 +51,7 @@ def started(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Itera
     try:
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop(process, patience=20)
 
 
 def test_the_adoption_blocks_make_a_project_that_answers_through_the_api(

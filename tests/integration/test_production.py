@@ -33,6 +33,7 @@ import httpx
 import pytest
 
 from tests._compose import dockerfile_env, dockerfile_runs, load, service_environment
+from tests._processes import stop
 from tests.integration._project import free_port, project_env, run, uvicorn
 
 pytestmark = pytest.mark.integration
@@ -119,12 +120,7 @@ def deployment(tmp_path_factory) -> Iterator[Deployment]:
             time.sleep(0.2)
         yield Deployment(f"http://127.0.0.1:{port}", port, tmp / "static", log)
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop(process)
 
 
 def test_check_deploy_finds_nothing_with_the_compose_defaults():

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests._processes import stop as stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 NODE_MODULES = ROOT / "var" / "node" / "node_modules"
 EVERYTHING = NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -67,13 +69,7 @@ def wait_for_port(
 
 def stop(process: subprocess.Popen[Any]) -> None:
     """Terminate ``process`` (SIGKILL after 5 s); never waits longer."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+    stop_process(process, patience=5)
 
 
 @contextlib.contextmanager
