@@ -5,7 +5,7 @@
 # Usage: bash scripts/screenshots.sh (from anywhere; needs what scripts/test.sh needs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/_venv.sh
+source scripts/_venv.sh all  # pytest and playwright are test tools
 bash scripts/setup_browser.sh >/dev/null
 export TC_SCREENSHOTS_DIR="$PWD/docs"
 

@@ -302,6 +302,22 @@ class Tool(models.Model):
         return self.enabled and not self.missing
 
     @property
+    def decided_by(self) -> str:
+        """Who decides each call before it runs: the user, an approver, both, or nobody (-).
+
+        The admin's tool list ("decided by") and ``manage.py tools list`` both show this.
+        """
+        deciders = [
+            str(label)
+            for flag, label in (
+                (self.requires_confirmation, _("user")),
+                (self.requires_approval, _("approver")),
+            )
+            if flag
+        ]
+        return ", ".join(deciders) or "-"
+
+    @property
     def search_tag_list(self) -> tuple[str, ...]:
         """The search tags, split at commas, blanks dropped."""
         return tuple(tag.strip() for tag in self.search_tags.split(",") if tag.strip())

@@ -54,8 +54,10 @@ def weather(city):
 # --- tools list ------------------------------------------------------------------------------
 
 
-def test_tools_list_shows_state_source_approval_and_limit(extra_tool):
+def test_tools_list_shows_state_source_who_decides_and_limit(extra_tool):
     models.Tool.objects.filter(name="get_weather").update(enabled=False, requires_approval=True)
+    models.Tool.objects.filter(name="cancel_booking").update(requires_confirmation=True)
+    models.Tool.objects.filter(name="refund_order").update(requires_confirmation=True)
     models.ToolLimitOverride.objects.create(
         tool=models.Tool.objects.get(name="add_numbers"), max_calls_per_turn=5
     )
@@ -67,13 +69,13 @@ def test_tools_list_shows_state_source_approval_and_limit(extra_tool):
     out, _ = run("tools", "list")
 
     assert [line.rstrip() for line in out.splitlines()] == [
-        "NAME                             STATE      SOURCE           APPROVAL  LIMIT",
-        "add_numbers                      enabled    demo             no        5",
-        "cancel_booking                   enabled    demo             no        default",
-        "get_current_time                 enabled    demo             no        excluded",
-        "get_weather                      disabled   demo             yes       default",
-        "refund_order                     enabled    demo             yes       default",
-        "retired                          missing    old              no        default",
+        "NAME                             STATE      SOURCE           DECIDED BY      LIMIT",
+        "add_numbers                      enabled    demo             -               5",
+        "cancel_booking                   enabled    demo             user            default",
+        "get_current_time                 enabled    demo             -               excluded",
+        "get_weather                      disabled   demo             approver        default",
+        "refund_order                     enabled    demo             user, approver  default",
+        "retired                          missing    old              -               default",
         "whoami                           not synced",
     ]
 

@@ -348,16 +348,8 @@ class ToolAdmin(FastActionCheckboxMixin, admin.ModelAdmin):
 
     @admin.display(description=_("decided by"), ordering="requires_approval")
     def approval(self, obj: models.Tool) -> str:
-        """Who decides each call before it runs: the user, an approver, both, or nobody (-)."""
-        deciders = [
-            str(label)
-            for flag, label in (
-                (obj.requires_confirmation, _("user")),
-                (obj.requires_approval, _("approver")),
-            )
-            if flag
-        ]
-        return ", ".join(deciders) or "-"
+        """Who decides each call before it runs (``Tool.decided_by``)."""
+        return obj.decided_by
 
     @admin.display(description=_("name"), ordering="name")
     def name_display(self, obj: models.Tool) -> str:

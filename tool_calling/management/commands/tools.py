@@ -41,7 +41,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         """Declare the list and call subcommands."""
         sub = parser.add_subparsers(dest="action", required=True)
-        sub.add_parser("list", help="List every tool with its state and limits.")
+        sub.add_parser(
+            "list", help="List every tool with its state, who decides its calls, and limits."
+        )
         call = sub.add_parser("call", help="Run one tool as the model would, audited.")
         call.add_argument("name", help="The tool's name.")
         call.add_argument("arguments", nargs="?", default="{}", help="Arguments as a JSON object.")
@@ -115,16 +117,17 @@ class Command(BaseCommand):
         if not names:
             self.stdout.write("No tools. Define @tool functions in an app's tools.py.")
             return
-        header = f"{'NAME':<32} {'STATE':<10} {'SOURCE':<16} {'APPROVAL':<9} LIMIT"
+        header = f"{'NAME':<32} {'STATE':<10} {'SOURCE':<16} {'DECIDED BY':<15} LIMIT"
         self.stdout.write(header)
         for name in names:
             row = rows.get(name)
             if row is None:
-                state, source, approval, limit = "not synced", "", "", ""
+                state, source, decided_by, limit = "not synced", "", "", ""
             else:
                 state = "missing" if row.missing else ("enabled" if row.enabled else "disabled")
                 source = row.source
-                approval = "yes" if row.requires_approval else "no"
+                # Who confirms or approves each call: the admin's "decided by" column.
+                decided_by = row.decided_by
                 limit = "default"
                 override = getattr(row, "limit_override", None)
                 if override is not None:
@@ -132,7 +135,7 @@ class Command(BaseCommand):
                         limit = "excluded"
                     elif override.max_calls_per_turn:
                         limit = str(override.max_calls_per_turn)
-            self.stdout.write(f"{name:<32} {state:<10} {source:<16} {approval:<9} {limit}")
+            self.stdout.write(f"{name:<32} {state:<10} {source:<16} {decided_by:<15} {limit}")
 
     def _call(self, name: str, arguments: str, username: str | None) -> None:
         user = self._user(username) if username else None
