@@ -137,3 +137,10 @@ def test_the_settings_reference_gives_the_defaults_of_the_code():
             continue  # the test above names it
         assert cell.startswith("`") and cell.endswith("`"), f"{path.name}: {key}: {cell}"
         assert ast.literal_eval(cell.strip("`")) == code[key], f"{path.name}: {key}: {cell}"
+
+
+def test_the_reference_documents_every_name_the_package_root_exports():
+    """docs/reference/core.md has a ``:::`` directive for each name of ``tool_calling.__all__``."""
+    directives = re.findall(r"^::: ([\w.]+)$", (ROOT / "docs/reference/core.md").read_text(), re.M)
+    documented = [target.rsplit(".", 1)[-1] for target in directives]
+    assert sorted(documented) == sorted(tool_calling.__all__)
