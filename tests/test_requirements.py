@@ -33,6 +33,8 @@ TEST_TOOLS = {
     "nox",
     "mkdocs",
     "mkdocs-material",
+    "mkdocstrings",
+    "mkdocstrings-python",
 }
 
 

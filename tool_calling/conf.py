@@ -18,7 +18,7 @@ and reads them as attributes::
     settings.LIMITS["MAX_TOTAL_TOOL_CALLS"]  # 50
     settings.LIMITS["MAX_CALLS_PER_TOOL_DEFAULT"]  # 40, the default: LIMITS was merged
 
-Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``API``, ``APPROVALS``,
+Dict-valued keys (``CHAT_MODEL``, ``EXECUTION``, ``LIMITS``, ``RETENTION``, ``API``, ``APPROVALS``,
 ``TOOL_SEARCH``, ``ARGUMENT_AUGMENTATION``, ``MCP``) are merged one level deep with their
 defaults, so overriding one limit keeps the others. Unlike Django REST framework, which replaces
 a dict-valued setting whole. Values one level further
