@@ -610,6 +610,12 @@ def test_the_page_works_by_keyboard_alone(web: WebServer, artifacts: Path) -> No
         page.keyboard.press("Enter")
         result = page.locator(".tc-tool-call").first.locator("details.tc-tool-result")
         sync_api.expect(result).to_have_attribute("open", "")
+        # Every time on the page (the conversation list's, the queue's) in one format.
+        times = page.evaluate(
+            "[...document.querySelectorAll('time[datetime]')].map(t => [t.textContent,"
+            " new Date(t.getAttribute('datetime')).toLocaleString()])"
+        )
+        assert times and all(shown == expected for shown, expected in times), times
         screenshot(page, "chat", artifacts)
 
         # Approve the refund from the queue.

@@ -903,6 +903,12 @@
     }
   }
 
+  // The server writes the conversation list's times in its own format; the queue's come from
+  // the API: both are shown the one way, in the reader's locale.
+  for (const time of document.querySelectorAll("time[datetime]")) {
+    time.textContent = when(time.getAttribute("datetime"));
+  }
+
   if (config.canApprove && document.getElementById("approvals")) {
     new ApprovalQueue(); // eslint-disable-line no-new
   }
