@@ -148,3 +148,14 @@ def test_the_reference_documents_every_name_the_package_root_exports():
     directives = re.findall(r"^::: ([\w.]+)$", (ROOT / "docs/reference/core.md").read_text(), re.M)
     documented = [target.rsplit(".", 1)[-1] for target in directives]
     assert sorted(documented) == sorted(tool_calling.__all__)
+
+
+def test_the_readmes_links_point_at_files_of_the_repository():
+    """The README is read on its own (the repository's front page, the package's description),
+    outside the site's link check: each of its relative links names a file that exists."""
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    relative = [target for target in targets if "://" not in target]
+    assert len(relative) >= 10  # the pages of the documentation, the picture, the license
+    missing = [target for target in relative if not (ROOT / target).is_file()]
+    assert not missing, missing
