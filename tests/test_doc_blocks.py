@@ -321,7 +321,7 @@ BLOCKS: list[Entry] = [
     Entry(
         "docs/approvals.md",
         "approve_toolexecution",
-        Syntax("needs the running system (scripts/run.sh) and the API walk-through's $AUTH, $CONV"),
+        ByTest(RUN_ON_THE_SYSTEM),  # after the API walk-through, whose $AUTH and $CONV it uses
     ),
     Entry("docs/approvals.md", "requires_confirmation=True", Run()),
     Entry(
