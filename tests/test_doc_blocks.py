@@ -293,10 +293,9 @@ BLOCKS: list[Entry] = [
     ),
     Entry(
         "docs/getting-started.md",
-        "REDIS_URL=redis://127.0.0.1:6379/0",
-        Syntax(
-            "the command run.sh prints, with its ports; tests/test_main_job.py runs that command"
-        ),
+        "TOOL_CALLING_EXECUTION_MODE=celery",
+        # With the addresses run.sh printed, against the system it started.
+        ByTest(RUN_ON_THE_SYSTEM),
     ),
     Entry(
         "docs/getting-started.md",
