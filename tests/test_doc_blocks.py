@@ -723,6 +723,11 @@ def test_project_fragments_pass_manage_py_check(
 ) -> None:
     how = entry.how
     assert isinstance(how, Project)
+    placeholder = re.search(r"\[\s*\.\.\.\s*,|^\s*# \.\.\.\s*$", block.text, re.M)
+    assert placeholder is None, (
+        f"{block.where}: a '...' placeholder does not paste; extend the project's own value "
+        "instead: INSTALLED_APPS += [...], MIDDLEWARE = [..., *MIDDLEWARE]"
+    )
     project = tmp_path / "project"
     shutil.copytree(startproject, project)
     if how.prelude:
