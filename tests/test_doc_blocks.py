@@ -1,8 +1,9 @@
 """Every fenced block of the documentation runs in a test, so a pasted block works.
 
-The collector finds every fenced block of README.md and docs/*.md, and each must be claimed by
-exactly one entry of ``BLOCKS`` below: ``Entry(page, marker, how)``, where ``marker`` is a
-substring found in that block only and ``how`` says how it runs:
+The collector finds every fenced block of README.md and the pages under docs/ (indented ones
+in list items too; a fence it cannot read fails), and each must be claimed by exactly one
+entry of ``BLOCKS`` below: ``Entry(page, marker, how)``, where ``marker`` is a substring found
+in that block only and ``how`` says how it runs:
 
 - ``Run``: a Python block, executed with the page's other ``Run`` blocks in document order, in
   one fresh interpreter (a traceback names the page and its line). A block whose first line
@@ -13,13 +14,14 @@ substring found in that block only and ``how`` says how it runs:
 - ``Project``: a settings or URLconf fragment, added to a project made by ``django-admin
   startproject`` (the ``# urls.py`` or ``# <project>/celery.py`` line that starts a section
   names the file it goes to; ``settings.py`` otherwise), then ``manage.py check`` must report
-  no issues.
+  no issues. A fragment extends the project's values (``INSTALLED_APPS += [...]``): a ``...``
+  placeholder would replace them when pasted, and fails.
 - ``Shell``: a ``bash`` block run as a script (``set -e``) in such a project or the example
   project, with a temporary SQLite database and the demo replay server.
 - ``Json``: parsed, and checked against what the code answers where ``check`` says so.
 - ``Output``: what a program prints, checked against the code where ``check`` says so.
-- ``Syntax``: only parsed (``bash -n``, or Python's compiler), with the reason it cannot run
-  here (root, the network, a real key, the whole system).
+- ``Syntax``: only parsed (``bash -n``, or Python's compiler; the scripts it names exist), with
+  the reason it cannot run here (root, the network, a real key, the whole system).
 - ``ByTest``: run by another test (``tests/<file>.py::<test>``); that test must exist and still
   contain the block's marker, so the claim cannot go stale.
 
