@@ -5,7 +5,7 @@ repository's .venv), with its own web port, Redis port and var/ directory (which
 file), and no model configured, so the scripted replay server answers. The main test starts it
 with SIGINT ignored, as a background job of a non-interactive shell starts it (`bash
 scripts/test.sh &`): its Ctrl-C must stop everything all the same. It also pastes the docs'
-API walk-through, as one block, against the running system.
+API walk-through and the approvals page's, as one block, against the running system.
 """
 
 import os
@@ -197,14 +197,18 @@ def system(tmp_path, request):
         started.kill()
 
 
+def bash_blocks(page):
+    return re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / page).read_text(), re.DOTALL)
+
+
 def api_walk_through(port):
-    """The API page's walk-through and its event-stream commands (docs/api.md), as one pasted
-    block."""
-    page = (ROOT / "docs" / "api.md").read_text()
-    blocks = re.findall(r"```bash\n(.*?)```", page, re.DOTALL)
-    walk = next(b for b in blocks if "drf_create_token admin" in b)
-    stream = next(b for b in blocks if "Last-Event-ID: 5" in b)
-    script = (walk + stream).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    """The API page's walk-through and its event-stream commands (docs/api.md), then the
+    approval walk-through of docs/approvals.md, which goes on from them, as one pasted block."""
+
+    walk = next(b for b in bash_blocks("api.md") if "drf_create_token admin" in b)
+    stream = next(b for b in bash_blocks("api.md") if "Last-Event-ID: 5" in b)
+    approvals = next(b for b in bash_blocks("approvals.md") if "approve_toolexecution" in b)
+    script = (walk + stream + approvals).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
     return script.replace(".venv/bin/python", shlex.quote(sys.executable))
 
 
@@ -284,15 +288,30 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
         assert 'id="approvals"' in web.get("/").text
 
     # A chat turn against the replay server calls the demo tool, and the demo model answers
-    # with a sentence built from its result.
-    chat = run([sys.executable, "manage.py", "chat", "What's the weather in Oslo?"], env)
+    # with a sentence built from its result: the getting-started page's command, pasted with
+    # the addresses this system printed, prints the sentence the page says it prints.
+    printed = system.try_env()
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    command = next(
+        b for b in bash_blocks("getting-started.md") if "TOOL_CALLING_EXECUTION_MODE=celery" in b
+    )
+    assert set(re.findall(r"\b([A-Z_]+)=", command)) <= set(printed)
+    for documented, name in [
+        ("redis://127.0.0.1:6379/0", "REDIS_URL"),
+        ("http://127.0.0.1:41234/v1", "OPENAI_BASE_URL"),
+    ]:
+        command = command.replace(documented, printed[name])
+    command = command.replace(".venv/bin/python", shlex.quote(sys.executable))
+    chat = run(["bash", "-c", command], clean_env(DATABASE_URL=printed["DATABASE_URL"]))
     assert chat.returncode == 0, chat.stderr
     weather = get_weather("Oslo")
     sentence = f"In Oslo it is {weather['conditions']} and {weather['temperature']} °C."
     assert chat.stdout.strip() == sentence, chat.stdout
+    assert f"which prints `{sentence}`" in page
 
-    # The API page's walk-through, pasted as one block, works as written: every request
-    # succeeds (curl fails on any 4xx or 5xx, a 409 from a turn still running included).
+    # The API page's walk-through and the approvals page's, pasted as one block, work as
+    # written: every request succeeds (curl fails on any 4xx or 5xx, a 409 from a turn still
+    # running included).
     shell_env = clean_env(**system.try_env())
     shell_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{shell_env.get('PATH', '')}"
     walk = subprocess.run(
@@ -302,6 +321,8 @@ def test_run_sh_runs_the_example_system_and_ctrl_c_stops_all_of_it(system):
     )  # fmt: skip
     assert walk.returncode == 0, f"{walk.stdout}\n{walk.stderr}"
     assert '"status":"succeeded"' in walk.stdout and "event: succeeded" in walk.stdout
+    # The approvals page's part: another person approved the waiting call, and the run went on.
+    assert '"decided_by":"rita"' in walk.stdout and '"decision":"approved"' in walk.stdout
 
     # A Celery worker answers on that broker.
     for _ in range(5):

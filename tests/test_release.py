@@ -2,8 +2,9 @@
 run time, and the wheel alone (no extras) makes a working minimal project.
 
 The files git knows about (committed or not, ignored ones left out) are copied to a temporary
-directory and built there with ``python -m build``, so the checkout gets no ``build/`` or
-``*.egg-info`` and the package is what a clean clone would build. The wheel is installed into a
+directory and built there with docs/release.md's command (``python -m build``, then ``twine
+check --strict``), so the checkout gets no ``build/``, ``dist/`` or ``*.egg-info`` and the
+package is what a clean clone would build. The wheel is installed into a
 fresh virtualenv with the pinned versions of requirements/runtime.txt as constraints (any
 version the package's ranges accept would do; the pins keep the install fast and repeatable),
 then a two-file project runs ``manage.py check``, ``migrate`` and one ``manage.py chat`` turn
@@ -11,6 +12,7 @@ against the ReplayServer of ``tool_calling.testing``.
 """
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -53,10 +55,16 @@ def dist(tmp_path_factory):
         if path.is_file():  # a file deleted but not yet committed is listed too
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, source / name)
-    out = tmp_path_factory.mktemp("dist")
-    run(sys.executable, "-m", "build", "--outdir", out, source)
-    (sdist,) = out.glob("*.tar.gz")
-    (wheel,) = out.glob("*.whl")
+    # docs/release.md's command, run in the copy: it builds into dist/ and checks both files.
+    page = (ROOT / "docs" / "release.md").read_text()
+    command = next(
+        b
+        for b in re.findall(r"```bash\n(.*?)```", page, re.S)
+        if "twine check --strict dist/*" in b
+    )
+    run("bash", "-c", command.replace(".venv/bin/python", shlex.quote(sys.executable)), cwd=source)
+    (sdist,) = (source / "dist").glob("*.tar.gz")
+    (wheel,) = (source / "dist").glob("*.whl")
     return sdist, wheel
 
 

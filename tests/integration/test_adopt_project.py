@@ -70,8 +70,10 @@ def test_the_adoption_blocks_make_a_project_that_answers_through_the_api(
     assert "redis://127.0.0.1:6379/0" in settings
     with (site / "mysite" / "settings.py").open("a") as file:
         file.write("\n" + settings.replace("redis://127.0.0.1:6379/0", broker))
-    for name in ("urls.py", "celery.py", "__init__.py", "asgi.py"):
-        (site / "mysite" / name).write_text(block(SECTION, "python", f"# mysite/{name}"))
+    for first_line in ("# mysite/urls.py", "# mysite/celery.py", "# mysite/__init__.py",
+                       "# mysite/asgi.py"):  # fmt: skip
+        name = first_line.split()[1].split(":")[0]  # "mysite/urls.py"
+        (site / name).write_text(block(SECTION, "python", first_line))
 
     model = ReplayServer(mode="demo").start()
     env = {
