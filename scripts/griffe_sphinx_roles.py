@@ -4,6 +4,10 @@ The docstrings name other objects the Sphinx way (``:class:`ToolResult```,
 ``:meth:`~ToolContext.input_responses```), which Markdown would show as typed. This writes each
 role as inline code of its target (the last part only when the target starts with ``~``, as
 Sphinx shows it) before mkdocstrings renders the docstring; the code is not changed.
+
+Our own because no package does it: mkdocstrings' official griffe-sphinx reads ``#:`` comments
+above attributes, not roles, and mkdocstrings-python's Sphinx docstring style parses field lists
+(``:param:``), leaving roles in the text as typed.
 """
 
 from __future__ import annotations
