@@ -254,3 +254,47 @@ def test_writers_of_a_process_pass_the_gate_in_the_order_they_came() -> None:
     assert lock.acquire(0.01)
     assert not base._FairLock.acquire(lock, 0.05)  # held: a waiter gives up at its timeout
     assert not lock._waiters
+
+
+@pytest.mark.parametrize("write", ["in_a_transaction", "one_statement"])
+def test_a_writer_waits_for_a_reader_still_fetching_from_a_shared_cache_database(write):
+    """Django's test database is in memory with a shared cache, which locks whole tables: a reader
+    whose cursor still has rows to give holds its table, and SQLite fails a writer of another
+    connection at once ("database table is locked": its busy wait does not apply there). The
+    writer waits instead, and writes once the reader let go."""
+    name = f"file:tc_shared_cache_{write}?mode=memory&cache=shared"
+    reader = sqlite3.connect(name, uri=True, check_same_thread=False)  # keeps the database alive
+    reader.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, writer TEXT, n INTEGER)")
+    reader.executemany("INSERT INTO t (writer, n) VALUES ('seed', ?)", [(i,) for i in range(50)])
+    reader.commit()
+    connections = ConnectionHandler(
+        {"default": {"ENGINE": "tool_calling.db.backends.sqlite3", "NAME": name}}
+    )
+    rows = reader.execute("SELECT n FROM t")
+    assert rows.fetchone() == (0,)  # the statement is open: the reader holds the table
+    outcome: list[Any] = []
+
+    def writer() -> None:
+        connection = connections["default"]
+        statement = ("INSERT INTO t (writer, n) VALUES ('writer', 1)", [])
+        try:
+            if write == "in_a_transaction":
+                in_transaction(connection, [statement])
+            else:
+                with connection.cursor() as cursor:
+                    cursor.execute(*statement)
+            outcome.append("written")
+        except Exception as error:  # noqa: BLE001 - what the writer met is the test's result
+            outcome.append(error)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive() and outcome == []  # waiting for the reader, not failed
+    assert len(rows.fetchall()) == 49  # the reader reads on, then lets go of the table
+    thread.join(10)
+    assert outcome == ["written"]
+    assert reader.execute("SELECT count(*) FROM t WHERE writer = 'writer'").fetchone() == (1,)
+    reader.close()

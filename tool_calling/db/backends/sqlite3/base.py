@@ -14,8 +14,12 @@ outside a transaction) and lets the next one in at the end. Inside a process the
 lock, between processes (a web server and its workers) an ``flock`` of ``<NAME>-writer.lock``
 beside the database, both waited for by the kernel: each writer is woken the moment the one
 before it ended, and SQLite's own lock is free when it gets there. Reads never pass the gate
-(WAL lets them run beside a writer). Writers that do not use this backend (another program, a
-project's second settings file) still meet SQLite's own lock and its poll.
+(WAL lets them run beside a writer), except on a shared-cache in-memory database (Django's test
+database), which locks whole tables: there reads pass it too, and a statement or ``BEGIN`` that
+meets a table another connection still holds (a reader fetching its rows) is tried again until
+the timeout, since SQLite fails it at once instead of waiting. Writers that do not use this
+backend (another program, a project's second settings file) still meet SQLite's own lock and
+its poll.
 
 Defaults, each overridden by the database's ``OPTIONS``: ``transaction_mode`` ``"IMMEDIATE"``
 (a transaction takes the write lock when it begins, so it never fails half-way when it first
@@ -42,6 +46,7 @@ import time
 from typing import Any
 
 from django.db.backends.sqlite3 import base, features
+from django.db.utils import OperationalError
 from django.utils.functional import cached_property
 
 from tool_calling._compat import DJANGO_5_1
@@ -53,6 +58,13 @@ DEFAULT_TIMEOUT = 30.0
 
 _TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 """A transaction's own statements: the transaction holds the gate from its beginning."""
+
+_TABLE_LOCKED = "database table is locked"
+"""What SQLite answers at once, with no busy wait, when a table of a shared-cache database is
+locked by another connection (a reader's cursor that is still being fetched from, a writer)."""
+
+_FIRST_PAUSE, _LONGEST_PAUSE = 0.001, 0.02
+"""Seconds between tries at a locked table of a shared-cache database: doubled from the first."""
 
 _UNGATED = ("SELECT", "PRAGMA", "EXPLAIN", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 """Statements that never pass the gate themselves: reads (Django's own PRAGMAs read), and the
@@ -246,6 +258,10 @@ class DatabaseFeatures(features.DatabaseFeatures):
         return json_supported(self.connection.connection)
 
 
+def _table_locked(error: Exception) -> bool:
+    return str(error).startswith(_TABLE_LOCKED)
+
+
 class SQLiteCursorWrapper(base.SQLiteCursorWrapper):
     """Django's cursor; a write outside a transaction passes the gate."""
 
@@ -255,23 +271,41 @@ class SQLiteCursorWrapper(base.SQLiteCursorWrapper):
 
     def execute(self, query: str, params: Any = None) -> Any:
         """Run ``query``; a write outside a transaction waits for the gate first."""
-        if self._gated(query):
-            self.gate.enter(self.timeout)
-            try:
-                return super().execute(query, params)
-            finally:
-                self.gate.leave()
-        return super().execute(query, params)
+        return self._run(super().execute, query, params)
 
     def executemany(self, query: str, param_list: Any) -> Any:
         """Run ``query`` for each parameter set; as :meth:`execute` for the gate."""
-        if self._gated(query):
+        return self._run(super().executemany, query, param_list)
+
+    def _run(self, method: Any, query: str, arguments: Any) -> Any:
+        gated = self._gated(query)
+        if not self.gate_reads or _is_transaction_control(query):
+            if not gated:
+                return method(query, arguments)
             self.gate.enter(self.timeout)
             try:
-                return super().executemany(query, param_list)
+                return method(query, arguments)
             finally:
                 self.gate.leave()
-        return super().executemany(query, param_list)
+        # A shared-cache database: a table another connection holds fails the statement at once
+        # (a reader still fetching its rows passed the gate and left it), and SQLite's busy wait
+        # does not apply. Try again until the timeout, outside the gate between tries (the
+        # reader may need it for its next statement before it lets go).
+        deadline = time.monotonic() + self.timeout
+        pause = _FIRST_PAUSE
+        while True:
+            if gated:
+                self.gate.enter(max(0.0, deadline - time.monotonic()))
+            try:
+                return method(query, arguments)
+            except sqlite3.OperationalError as error:
+                if not _table_locked(error) or time.monotonic() + pause > deadline:
+                    raise
+            finally:
+                if gated:
+                    self.gate.leave()
+            time.sleep(pause)
+            pause = min(2 * pause, _LONGEST_PAUSE)
 
     def _gated(self, query: str) -> bool:
         if self.connection.in_transaction:
@@ -279,10 +313,13 @@ class SQLiteCursorWrapper(base.SQLiteCursorWrapper):
         # A shared-cache in-memory database (Django's test database) locks whole tables, and a
         # reader's lock makes a writer fail at once ("database table is locked": no busy wait
         # applies), so there reads pass the gate too. A file database in WAL mode needs not.
-        head = query.lstrip()[:9].upper()
-        if head.startswith(_TRANSACTION_CONTROL):
+        if _is_transaction_control(query):
             return False  # BEGIN runs with the gate already taken (never twice: no re-entry)
-        return self.gate_reads or not head.startswith(_UNGATED)
+        return self.gate_reads or not query.lstrip()[:9].upper().startswith(_UNGATED)
+
+
+def _is_transaction_control(query: str) -> bool:
+    return query.lstrip()[:9].upper().startswith(_TRANSACTION_CONTROL)
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -335,18 +372,36 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return cursor
 
     def _start_transaction_under_autocommit(self) -> None:
-        with self.wrap_database_errors:
-            self._write_gate.enter(self._gate_timeout)
-        self._holds_gate = True
-        try:
-            if DJANGO_5_1:
-                super()._start_transaction_under_autocommit()  # type: ignore[misc]
-            else:  # what Django 5.1 does with OPTIONS["transaction_mode"]
-                mode = self.transaction_mode
-                self.cursor().execute(f"BEGIN {mode}" if mode else "BEGIN")
-        except BaseException:
-            self._leave_gate()
-            raise
+        deadline = time.monotonic() + self._gate_timeout
+        pause = _FIRST_PAUSE
+        while True:
+            with self.wrap_database_errors:
+                self._write_gate.enter(max(0.0, deadline - time.monotonic()))
+            self._holds_gate = True
+            try:
+                self._begin()
+                return
+            except OperationalError as error:
+                self._leave_gate()
+                # On a shared-cache database a reader still fetching its rows fails BEGIN at
+                # once (see SQLiteCursorWrapper._run): try again, letting others through the
+                # gate in between.
+                if not self.is_in_memory_db() or not _table_locked(error):
+                    raise
+                if time.monotonic() + pause > deadline:
+                    raise
+            except BaseException:
+                self._leave_gate()
+                raise
+            time.sleep(pause)
+            pause = min(2 * pause, _LONGEST_PAUSE)
+
+    def _begin(self) -> None:
+        if DJANGO_5_1:
+            super()._start_transaction_under_autocommit()  # type: ignore[misc]
+        else:  # what Django 5.1 does with OPTIONS["transaction_mode"]
+            mode = self.transaction_mode
+            self.cursor().execute(f"BEGIN {mode}" if mode else "BEGIN")
 
     def _leave_gate(self) -> None:
         if self._holds_gate:
