@@ -159,3 +159,21 @@ def test_the_readmes_links_point_at_files_of_the_repository():
     assert len(relative) >= 10  # the pages of the documentation, the picture, the license
     missing = [target for target in relative if not (ROOT / target).is_file()]
     assert not missing, missing
+
+
+def test_every_system_check_the_code_reports_is_documented_and_none_other():
+    """The settings page's table of system checks against the ids the code can report (the
+    chat app's own on its page): a new check, or one removed, changes the table too."""
+    pattern = r"tool_calling(?:_chat)?\.[EW]\d{3}"
+    in_code = set()
+    for path in (ROOT / "tool_calling").rglob("*.py"):
+        in_code |= set(re.findall(pattern, path.read_text()))
+    settings_page = (ROOT / "docs" / "settings.md").read_text()
+    table = set(re.findall(rf"^\| `({pattern})`", settings_page, flags=re.M))
+    chat_page = (ROOT / "docs" / "chat-page.md").read_text()
+    chat = {check for check in in_code if check.startswith("tool_calling_chat.")}
+    assert len(table) >= 20 and len(chat) >= 3
+    assert table == in_code - chat
+    # The chat page names its checks by id, or by number after the first one.
+    missing = [c for c in chat if c not in chat_page and f"`{c.split('.')[1]}`" not in chat_page]
+    assert not missing, missing
