@@ -43,6 +43,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.db.backends.sqlite3 import base, features
@@ -262,12 +263,36 @@ def _table_locked(error: Exception) -> bool:
     return str(error).startswith(_TABLE_LOCKED)
 
 
+def _until_tables_are_free(attempt: Callable[[float], Any], timeout: float) -> Any:
+    """``attempt(seconds left)``, again while it fails with "database table is locked".
+
+    On a shared-cache database (Django's test database is one) a table another connection
+    still holds, a reader fetching its rows for instance, fails a statement or ``BEGIN`` at once:
+    SQLite's busy wait does not apply there. Tried again until ``timeout``; ``attempt`` leaves
+    the gate before it fails, so the reader can take it for its next statement meanwhile.
+    """
+    deadline = time.monotonic() + timeout
+    pause = _FIRST_PAUSE
+    while True:
+        try:
+            return attempt(max(0.0, deadline - time.monotonic()))
+        except (sqlite3.OperationalError, OperationalError) as error:
+            if not _table_locked(error) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, _LONGEST_PAUSE)
+
+
 class SQLiteCursorWrapper(base.SQLiteCursorWrapper):
-    """Django's cursor; a write outside a transaction passes the gate."""
+    """Django's cursor; a write outside a transaction passes the gate.
+
+    On a shared-cache in-memory database (``shared_cache``) reads pass it too, and a statement
+    that meets a locked table is tried again (:func:`_until_tables_are_free`).
+    """
 
     gate: _Gate
     timeout: float
-    gate_reads: bool
+    shared_cache: bool
 
     def execute(self, query: str, params: Any = None) -> Any:
         """Run ``query``; a write outside a transaction waits for the gate first."""
@@ -278,48 +303,30 @@ class SQLiteCursorWrapper(base.SQLiteCursorWrapper):
         return self._run(super().executemany, query, param_list)
 
     def _run(self, method: Any, query: str, arguments: Any) -> Any:
-        gated = self._gated(query)
-        if not self.gate_reads or _is_transaction_control(query):
+        head = query.lstrip()[:9].upper()
+        if head.startswith(_TRANSACTION_CONTROL):
+            # BEGIN runs with the gate already taken (never twice: no re-entry); a transaction
+            # holds it to its end. DatabaseWrapper tries a BEGIN again itself.
+            return method(query, arguments)
+        # A whole-table lock of a shared-cache database makes a writer fail at once, readers'
+        # locks included, so there reads pass the gate too. A file database in WAL mode needs
+        # not: its readers run beside the writer.
+        gated = not self.connection.in_transaction and (
+            self.shared_cache or not head.startswith(_UNGATED)
+        )
+
+        def attempt(seconds: float) -> Any:
             if not gated:
                 return method(query, arguments)
-            self.gate.enter(self.timeout)
+            self.gate.enter(seconds)
             try:
                 return method(query, arguments)
             finally:
                 self.gate.leave()
-        # A shared-cache database: a table another connection holds fails the statement at once
-        # (a reader still fetching its rows passed the gate and left it), and SQLite's busy wait
-        # does not apply. Try again until the timeout, outside the gate between tries (the
-        # reader may need it for its next statement before it lets go).
-        deadline = time.monotonic() + self.timeout
-        pause = _FIRST_PAUSE
-        while True:
-            if gated:
-                self.gate.enter(max(0.0, deadline - time.monotonic()))
-            try:
-                return method(query, arguments)
-            except sqlite3.OperationalError as error:
-                if not _table_locked(error) or time.monotonic() + pause > deadline:
-                    raise
-            finally:
-                if gated:
-                    self.gate.leave()
-            time.sleep(pause)
-            pause = min(2 * pause, _LONGEST_PAUSE)
 
-    def _gated(self, query: str) -> bool:
-        if self.connection.in_transaction:
-            return False  # the transaction holds the gate
-        # A shared-cache in-memory database (Django's test database) locks whole tables, and a
-        # reader's lock makes a writer fail at once ("database table is locked": no busy wait
-        # applies), so there reads pass the gate too. A file database in WAL mode needs not.
-        if _is_transaction_control(query):
-            return False  # BEGIN runs with the gate already taken (never twice: no re-entry)
-        return self.gate_reads or not query.lstrip()[:9].upper().startswith(_UNGATED)
-
-
-def _is_transaction_control(query: str) -> bool:
-    return query.lstrip()[:9].upper().startswith(_TRANSACTION_CONTROL)
+        if self.shared_cache:
+            return _until_tables_are_free(attempt, self.timeout)
+        return attempt(self.timeout)
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -368,33 +375,24 @@ class DatabaseWrapper(base.DatabaseWrapper):
         cursor = self.connection.cursor(factory=SQLiteCursorWrapper)
         cursor.gate = self._write_gate
         cursor.timeout = self._gate_timeout
-        cursor.gate_reads = self.is_in_memory_db()
+        cursor.shared_cache = self.is_in_memory_db()
         return cursor
 
     def _start_transaction_under_autocommit(self) -> None:
-        deadline = time.monotonic() + self._gate_timeout
-        pause = _FIRST_PAUSE
-        while True:
-            with self.wrap_database_errors:
-                self._write_gate.enter(max(0.0, deadline - time.monotonic()))
-            self._holds_gate = True
-            try:
-                self._begin()
-                return
-            except OperationalError as error:
-                self._leave_gate()
-                # On a shared-cache database a reader still fetching its rows fails BEGIN at
-                # once (see SQLiteCursorWrapper._run): try again, letting others through the
-                # gate in between.
-                if not self.is_in_memory_db() or not _table_locked(error):
-                    raise
-                if time.monotonic() + pause > deadline:
-                    raise
-            except BaseException:
-                self._leave_gate()
-                raise
-            time.sleep(pause)
-            pause = min(2 * pause, _LONGEST_PAUSE)
+        if self.is_in_memory_db():
+            _until_tables_are_free(self._begin_in_gate, self._gate_timeout)
+        else:
+            self._begin_in_gate(self._gate_timeout)
+
+    def _begin_in_gate(self, seconds: float) -> None:
+        with self.wrap_database_errors:
+            self._write_gate.enter(seconds)
+        self._holds_gate = True
+        try:
+            self._begin()
+        except BaseException:
+            self._leave_gate()
+            raise
 
     def _begin(self) -> None:
         if DJANGO_5_1:
