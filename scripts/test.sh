@@ -83,6 +83,22 @@ if [ $# -eq 0 ]; then
 fi
 # --- MCP conformance -- end -----------------------------------------------------------------------
 
+# Waits for a step started in the background (its output in a log of its own) and reports it:
+# the log whole when the step failed, else its last lines. Returns the step's exit status.
+#     finish_background "<what ran>" <pid> <log>
+finish_background() {
+    local failed=0
+    wait "$2" || failed=$?
+    if [ "$failed" -ne 0 ]; then
+        echo "-- $1 failed (exit $failed); $3:"
+        cat "$3"
+    else
+        echo "-- $1:"
+        tail -n 3 "$3"
+    fi
+    return "$failed"
+}
+
 # --- Older Django versions (noxfile.py): the Django tier on Django 4.2 LTS and 5.1 -- begin -----
 # Runs only with no arguments (the whole suite), after the main run below, each version in a
 # virtualenv of its own kept in .nox/ (made on the first run, about a minute each). The core tier
@@ -93,23 +109,15 @@ fi
 older_django() {
     echo "== nox: the Django tier on Django 4.2 and 5.1 (tests/django), side by side"
     mkdir -p var/nox
-    local version pids=() failed
+    local version pids=()
     for version in 4.2 5.1; do
         .venv/bin/nox -s "django(django='$version')" >"var/nox/$version.log" 2>&1 &
         pids+=("$!")
     done
     for version in 4.2 5.1; do
-        failed=0
-        wait "${pids[0]}" || failed=$?
+        finish_background "Django $version" "${pids[0]}" "var/nox/$version.log" \
+            || older_status=$?
         pids=("${pids[@]:1}")
-        if [ "$failed" -ne 0 ]; then
-            older_status=$failed
-            echo "-- Django $version failed (exit $failed); var/nox/$version.log:"
-            cat "var/nox/$version.log"
-        else
-            echo "-- Django $version:"
-            tail -n 3 "var/nox/$version.log"
-        fi
     done
 }
 # --- Older Django versions -- end --------------------------------------------------------------
@@ -136,15 +144,9 @@ if [ $# -eq 0 ]; then
     servers_pid=$!
     .venv/bin/python -m pytest tests/core tests/django tests/test_*.py || status=$?
     servers_status=0
-    wait "$servers_pid" || servers_status=$?
-    if [ "$servers_status" -ne 0 ]; then
-        echo "-- the MCP, integration, browser and PostgreSQL tiers failed (exit $servers_status):"
-        cat var/pytest-servers.log
-        [ "$status" -ne 0 ] || status=$servers_status
-    else
-        echo "-- the MCP, integration, browser and PostgreSQL tiers:"
-        tail -n 3 var/pytest-servers.log
-    fi
+    finish_background "the MCP, integration, browser and PostgreSQL tiers" "$servers_pid" \
+        var/pytest-servers.log || servers_status=$?
+    [ "$status" -ne 0 ] || status=$servers_status
     older_django
 else
     echo "== pytest"
